@@ -1,0 +1,243 @@
+package agentd_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/testutil"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// agentProcess is `corral agent` started as a driver starts it.
+type agentProcess struct {
+	cmd    *exec.Cmd
+	client *agent.Client
+	ready  string // the line written to the ready fd
+	log    *os.File
+}
+
+// startAgentBinary starts the real binary with the listening socket as fd 4
+// and the ready pipe as fd 3, and waits until it reports on the pipe.
+func startAgentBinary(t *testing.T, sys *syscall.SysProcAttr, args ...string) *agentProcess {
+	t.Helper()
+	bin := testutil.CorralBinary(t)
+	sock := filepath.Join(shortTempDir(t), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	lf, err := ul.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul.Close()
+	defer lf.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readyR.Close()
+	// The agent's stderr is a plain file, as drivers give it.
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logFile.Close() })
+
+	if args == nil {
+		args = []string{"--listen-fd=4", "--ready-fd=3"}
+	}
+	cmd := exec.Command(bin, append([]string{"agent"}, args...)...)
+	cmd.ExtraFiles = []*os.File{readyW, lf}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sys
+	if err := cmd.Start(); err != nil {
+		readyW.Close()
+		t.Fatal(err)
+	}
+	readyW.Close()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+
+	line := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(readyR)
+		line <- string(b)
+	}()
+	var ready string
+	select {
+	case ready = <-line:
+	case <-time.After(10 * time.Second):
+		readyR.Close()
+		t.Fatalf("agent did not report on the ready fd; log:\n%s", readLog(logFile))
+	}
+	var d net.Dialer
+	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
+	t.Cleanup(func() { c.Close() })
+	return &agentProcess{cmd: cmd, client: c, ready: ready, log: logFile}
+}
+
+func readLog(f *os.File) string {
+	b, _ := os.ReadFile(f.Name())
+	return string(b)
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *agentProcess) stop(t *testing.T) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("agent did not exit on SIGTERM; log:\n%s", readLog(p.log))
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func TestAgentBinary(t *testing.T) {
+	p := startAgentBinary(t, nil)
+	if p.ready != "ok\n" {
+		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
+	}
+	h, err := p.client.Health(t.Context())
+	if err != nil || !h.OK || h.PID != p.cmd.Process.Pid {
+		t.Fatalf("health = %+v, %v", h, err)
+	}
+	// The agent's inherited descriptors must not reach its processes.
+	res, err := runExec(t.Context(), p.client, wire.ExecRequest{Shell: "echo hi; ls /proc/self/fd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.code() != 0 || !strings.HasPrefix(string(res.stdout), "hi\n") {
+		t.Fatalf("exec: code %d, stdout %q, stderr %q", res.code(), res.stdout, res.stderr)
+	}
+	if fds := strings.Fields(string(res.stdout[3:])); len(fds) > 4 { // 0, 1, 2 and ls's own directory fd
+		t.Fatalf("process has fds %v, want only stdio", fds)
+	}
+
+	// A process running at SIGTERM is killed, and the agent exits 0.
+	running := make(chan int, 1)
+	execDone := make(chan execResult, 1)
+	go func() {
+		var r execResult
+		p.client.Exec(context.Background(), wire.ExecRequest{Cmd: []string{"sleep", "60"}}, func(ev wire.ExecEvent) error {
+			switch ev.Type {
+			case wire.EventStart:
+				running <- ev.PID
+			case wire.EventExit:
+				r.exit = ev
+			}
+			return nil
+		})
+		execDone <- r
+	}()
+	pid := <-running
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("agent exit code %d; log:\n%s", code, readLog(p.log))
+	}
+	if r := <-execDone; r.exit.Signal != "SIGKILL" {
+		t.Errorf("running exec ended with %+v, want SIGKILL", r.exit)
+	}
+	waitGone(t, pid)
+	if log := readLog(p.log); !strings.Contains(log, "agent ready") || !strings.Contains(log, "shutting down") {
+		t.Errorf("log does not tell start and shutdown:\n%s", log)
+	}
+}
+
+func TestAgentBinaryStartupError(t *testing.T) {
+	p := startAgentBinary(t, nil, "--listen-fd=9", "--ready-fd=3")
+	if !strings.HasPrefix(p.ready, "error: ") || !strings.HasSuffix(p.ready, "\n") || strings.Count(p.ready, "\n") != 1 {
+		t.Fatalf("ready fd said %q, want one error line", p.ready)
+	}
+	if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+// As PID 1 of fresh PID and network namespaces the agent brings up
+// loopback, reaps orphans, and still reports each exec's status.
+func TestAgentBinaryAsInit(t *testing.T) {
+	testutil.RequiresRoot(t)
+	p := startAgentBinary(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET})
+	if p.ready != "ok\n" {
+		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
+	}
+	ctx := t.Context()
+	for _, tt := range []struct {
+		name string
+		req  wire.ExecRequest
+		want string
+		code int
+	}{
+		{"exit code", wire.ExecRequest{Shell: "exit 9"}, "", 9},
+		{"agent is pid 1", wire.ExecRequest{Shell: "echo $PPID"}, "1\n", 0},
+		// With lo down, connecting to localhost is "unreachable"; with it
+		// up, the closed port refuses.
+		{"loopback up", wire.ExecRequest{Shell: "bash -c ': </dev/tcp/127.0.0.1/1' 2>&1 | grep -q refused && echo up"}, "up\n", 0},
+		{"orphan", wire.ExecRequest{Shell: "sleep 0.1 & echo started"}, "started\n", 0},
+	} {
+		res, err := runExec(ctx, p.client, tt.req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if string(res.stdout) != tt.want || res.code() != tt.code {
+			t.Fatalf("%s: stdout %q stderr %q code %d, want %q and %d", tt.name, res.stdout, res.stderr, res.code(), tt.want, tt.code)
+		}
+	}
+	// The orphaned sleep was re-parented to the agent; once it exits the
+	// agent must reap it rather than keep a zombie.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		kids := children(p.cmd.Process.Pid)
+		if len(kids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, k := range kids {
+				st, _ := procState(k)
+				states = append(states, strconv.Itoa(k)+":"+st)
+			}
+			t.Fatalf("agent still has children %v", states)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("agent exit code %d; log:\n%s", code, readLog(p.log))
+	}
+}
+
+// children lists the child processes of pid (of all its threads).
+func children(pid int) []int {
+	files, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
+	var out []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, field := range bytes.Fields(b) {
+			n, _ := strconv.Atoi(string(field))
+			out = append(out, n)
+		}
+	}
+	return out
+}

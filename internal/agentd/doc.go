@@ -1,0 +1,34 @@
+// Package agentd is the in-sandbox agent: the process that runs as PID 1 of
+// every sandbox (started as `corral agent`) and serves exec and file
+// operations to the daemon. It must not know about drivers, storage or the
+// daemon's state; it only sees the sandbox from inside.
+//
+// # Start-up contract with drivers
+//
+// The driver starts `/.corral/agent agent --listen-fd=4 --ready-fd=3`:
+//   - fd 4 is a listening unix stream socket created by the daemon on the
+//     host, so the sandbox never sees or controls the socket's path;
+//   - fd 3 is the write end of a pipe; the agent writes "ok\n" to it once it
+//     is ready to serve, or one line "error: <message>\n" when start-up
+//     fails, and closes it either way.
+//
+// As PID 1 the agent brings up the loopback interface and reaps every
+// orphaned process in the sandbox.
+//
+// # Protocol (HTTP/1.1 over the stream connection)
+//
+//	GET    /health                      -> wire.Health
+//	POST   /exec          wire.ExecRequest -> 200, NDJSON stream of wire.ExecEvent
+//	GET    /files?path=P                -> raw bytes of the file
+//	PUT    /files?path=P&mode=0644      <- raw bytes; creates parents; -> wire.FileInfo
+//	DELETE /files?path=P&recursive=true -> 204
+//	GET    /files/stat?path=P           -> wire.FileInfo
+//	GET    /files/list?path=P           -> []wire.FileInfo sorted by name
+//	POST   /files/mkdir  wire.MkdirRequest  -> wire.FileInfo
+//	POST   /files/rename wire.RenameRequest -> wire.FileInfo of the new path
+//
+// Paths must be absolute. Errors are wire.ErrorBody with the matching HTTP
+// status. An exec that cannot start (no such executable, bad cwd or user)
+// fails with an error status before any stream begins. When the client of a
+// running exec goes away, the process group is killed.
+package agentd

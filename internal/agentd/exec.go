@@ -1,0 +1,266 @@
+package agentd
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+const (
+	// defaultPath is the PATH a process gets unless the request sets one.
+	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// maxExecRequest bounds an exec request body, stdin included.
+	maxExecRequest = 64 << 20
+)
+
+// handleExec serves POST /exec: it starts the process, then streams its
+// events until exit. The process belongs to this request: when the client
+// goes away the process group is killed.
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	var req wire.ExecRequest
+	if err := decodeJSON(w, r, &req, maxExecRequest); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	spec, err := s.prepare(&req)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	sub := newSubscriber()
+	p, err := s.procs.start(spec, sub)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if !streamExec(w, r, p, sub) {
+		p.kill()
+		sub.stop()
+		<-p.done
+	}
+}
+
+// streamExec writes p's events to w and reports whether the client received
+// them all; false means the client is gone and p must be killed.
+func streamExec(w http.ResponseWriter, r *http.Request, p *process, sub *subscriber) bool {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := jsonEncoder(w)
+	if enc.Encode(wire.ExecEvent{Type: wire.EventStart, PID: p.pid}) != nil || rc.Flush() != nil {
+		return false
+	}
+	ctx := r.Context()
+	for {
+		select {
+		case c, ok := <-sub.ch:
+			if !ok {
+				// The exit event is not flushed here: the handler returns
+				// right away and the server sends it together with the end
+				// of the response, saving a write.
+				return enc.Encode(exitEvent(p.exit)) == nil
+			}
+			typ := wire.EventStdout
+			if c.stream == streamStderr {
+				typ = wire.EventStderr
+			}
+			if enc.Encode(wire.OutputEvent(typ, c.data)) != nil {
+				return false
+			}
+			// Flush when caught up; a burst of chunks shares one write.
+			if len(sub.ch) == 0 && rc.Flush() != nil {
+				return false
+			}
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func exitEvent(st exitStatus) wire.ExecEvent {
+	if st.lost {
+		return wire.ExecEvent{Type: wire.EventError, TimedOut: st.timedOut, Error: &wire.ErrorDetail{
+			Code: errdefs.CodeInternal, Message: "exit status of the process was lost",
+		}}
+	}
+	code := st.code
+	return wire.ExecEvent{Type: wire.EventExit, ExitCode: &code, Signal: st.signal, TimedOut: st.timedOut}
+}
+
+// prepare validates req and resolves everything a process needs before it
+// is forked, so that failures become errors with the right kind rather than
+// an errno from the child.
+func (s *Server) prepare(req *wire.ExecRequest) (procSpec, error) {
+	var argv []string
+	switch {
+	case len(req.Cmd) > 0 && req.Shell != "":
+		return procSpec{}, errorf(errdefs.ErrInvalidArgument, "exec request sets both cmd and shell")
+	case len(req.Cmd) > 0:
+		argv = req.Cmd
+	case req.Shell != "":
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	default:
+		return procSpec{}, errorf(errdefs.ErrInvalidArgument, "exec request needs cmd or shell")
+	}
+	if argv[0] == "" {
+		return procSpec{}, errorf(errdefs.ErrInvalidArgument, "exec request has an empty command name")
+	}
+	if req.TimeoutMS < 0 {
+		return procSpec{}, errorf(errdefs.ErrInvalidArgument, "timeout_ms must not be negative")
+	}
+	acct, err := s.lookupAccount(req.User)
+	if err != nil {
+		return procSpec{}, err
+	}
+	env, err := buildEnv(acct, req.Env)
+	if err != nil {
+		return procSpec{}, err
+	}
+	dir, err := workDir(req.Cwd, acct.home)
+	if err != nil {
+		return procSpec{}, err
+	}
+	exe, err := lookPath(argv[0], pathOf(env), dir)
+	if err != nil {
+		return procSpec{}, err
+	}
+	return procSpec{
+		path:    exe,
+		argv:    argv,
+		env:     env,
+		dir:     dir,
+		cred:    acct.cred,
+		stdin:   req.Stdin,
+		timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
+	}, nil
+}
+
+// buildEnv starts from a small sane environment and lets the request
+// override and extend it. The result is sorted by request key after the
+// base variables, so a given request always yields the same environment.
+func buildEnv(acct account, extra map[string]string) ([]string, error) {
+	env := make([]string, 0, 3+len(extra))
+	env = append(env, "PATH="+defaultPath, "HOME="+acct.home)
+	if acct.name != "" {
+		env = append(env, "USER="+acct.name)
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, errorf(errdefs.ErrInvalidArgument, "invalid environment variable name %q", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	base := len(env)
+	for _, k := range keys {
+		prefix := k + "="
+		if i := slices.IndexFunc(env[:base], func(e string) bool { return strings.HasPrefix(e, prefix) }); i >= 0 {
+			env[i] = prefix + extra[k]
+			continue
+		}
+		env = append(env, prefix+extra[k])
+	}
+	return env, nil
+}
+
+// pathOf returns the PATH value of env.
+func pathOf(env []string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// workDir returns the directory a process starts in: cwd when given (it
+// must be an existing absolute directory), else home if it is a
+// directory, else "/".
+func workDir(cwd, home string) (string, error) {
+	if cwd == "" {
+		if fi, err := os.Stat(home); err == nil && fi.IsDir() {
+			return home, nil
+		}
+		return "/", nil
+	}
+	if !filepath.IsAbs(cwd) {
+		return "", errorf(errdefs.ErrInvalidArgument, "cwd %s must be absolute", cwd)
+	}
+	fi, err := os.Stat(cwd)
+	if err != nil {
+		return "", errorf(errdefs.ErrInvalidArgument, "cwd %s: %v", cwd, errnoText(err))
+	}
+	if !fi.IsDir() {
+		return "", errorf(errdefs.ErrInvalidArgument, "cwd %s is not a directory", cwd)
+	}
+	return cwd, nil
+}
+
+// lookPath resolves a command name without a slash through PATH, like a
+// shell: the first regular file with an execute bit wins. Names with a
+// slash are used as they are (relative to dir), and execve reports what is
+// wrong with them.
+func lookPath(name, pathList, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	denied := false
+	for _, d := range filepath.SplitList(pathList) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			denied = denied || errors.Is(err, os.ErrPermission)
+			continue
+		}
+		if fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+		denied = true
+	}
+	if denied {
+		return "", errorf(errdefs.ErrPermissionDenied, "starting %s: permission denied", name)
+	}
+	return "", errorf(errdefs.ErrNotFound, "starting %s: executable not found in $PATH", name)
+}
+
+// decodeJSON decodes a request body of at most limit bytes into v and reads
+// the body to its end, which lets the HTTP server notice a client that goes
+// away while the handler runs.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if err := json.NewDecoder(body).Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return errorf(errdefs.ErrInvalidArgument, "request body is larger than %d bytes", limit)
+		}
+		return errorf(errdefs.ErrInvalidArgument, "decoding request body: %v", err)
+	}
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return errorf(errdefs.ErrInvalidArgument, "reading request body: %v", err)
+	}
+	return nil
+}
+
+// jsonEncoder returns an encoder that leaves <, > and & alone: output text
+// should read in a terminal as it was written.
+func jsonEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}

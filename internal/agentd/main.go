@@ -1,0 +1,177 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Main runs the agent with command-line args (without "agent") and returns
+// the process exit code: 0 after a graceful shutdown on SIGTERM or SIGINT
+// (every started process killed first), 1 when start-up or serving fails,
+// 2 for bad flags. It follows the start-up contract in the package
+// documentation and logs to stderr, which may be a plain file.
+func Main(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	fl := flag.NewFlagSet("corral agent", flag.ContinueOnError)
+	fl.SetOutput(os.Stderr)
+	listenFD := fl.Int("listen-fd", -1, "inherited `fd` of a listening stream socket to serve on")
+	readyFD := fl.Int("ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+
+	// Processes the agent starts get only their stdio: no inherited
+	// descriptor (the ready pipe, the listener, whatever the driver's
+	// environment leaked) may reach them. Needs Linux 5.11.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		log.Warn("marking inherited fds close-on-exec", "error", err)
+	}
+	var ready *os.File
+	if *readyFD >= 0 {
+		ready = os.NewFile(uintptr(*readyFD), "ready")
+	}
+	report := func(line string) {
+		if ready == nil {
+			return
+		}
+		if _, err := io.WriteString(ready, line); err != nil {
+			log.Warn("writing to ready fd", "error", err)
+		}
+		ready.Close()
+		ready = nil
+	}
+
+	ln, err := listener(*listenFD)
+	if err != nil {
+		log.Error("agent start-up failed", "error", err)
+		report("error: " + err.Error() + "\n")
+		return 1
+	}
+
+	asInit := os.Getpid() == 1
+	if asInit {
+		if err := bringUpLoopback(); err != nil {
+			log.Warn("bringing up loopback interface", "error", err)
+		}
+	}
+	srv := NewServer(Options{Version: version(), Logger: log, Init: asInit})
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stop)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	log.Info("agent ready", "pid", os.Getpid(), "init", asInit)
+	report("ok\n")
+
+	code := 0
+	select {
+	case sig := <-stop:
+		log.Info("agent shutting down", "signal", sig.String())
+		// Processes first, so that open exec streams still get their
+		// exit events; then connections and the listener.
+		closeServers(srv, hs)
+		<-served // http.ErrServerClosed
+	case err := <-served:
+		log.Error("agent serving failed", "error", err)
+		code = 1
+		closeServers(srv, hs)
+	}
+	return code
+}
+
+// closeServers closes srv, then hs. Open exec streams end with the exit
+// events of their killed processes, so hs is shut down gracefully for a
+// moment before connections are cut. A client that stopped reading an
+// exec stream would keep srv.Close waiting for the stream's output to be
+// taken, so after a grace period the connections are cut first.
+func closeServers(srv *Server, hs *http.Server) {
+	const grace = 5 * time.Second
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		srv.Close()
+	}()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-closed:
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		_ = hs.Shutdown(ctx) // on timeout, Close below cuts what is left
+	case <-timer.C:
+	}
+	hs.Close()
+	<-closed
+}
+
+// listener turns the inherited listening socket into a net.Listener. The
+// inherited fd is closed: FileListener works on a close-on-exec copy.
+func listener(fd int) (net.Listener, error) {
+	if fd < 0 {
+		return nil, errors.New("--listen-fd is required")
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	if f == nil {
+		return nil, fmt.Errorf("invalid --listen-fd %d", fd)
+	}
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("using fd %d as listener: %w", fd, err)
+	}
+	return ln, nil
+}
+
+// bringUpLoopback sets IFF_UP on "lo": a fresh network namespace has its
+// loopback interface down, and sandboxed programs expect localhost to work.
+func bringUpLoopback() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening socket for ioctl on lo: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("preparing ioctl on lo: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("reading flags of lo: %w", err)
+	}
+	flags := ifr.Uint16()
+	if flags&unix.IFF_UP != 0 {
+		return nil
+	}
+	ifr.SetUint16(flags | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("setting lo up: %w", err)
+	}
+	return nil
+}
+
+// version is the module version the binary was built from, "(devel)" for a
+// local build.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
+	}
+	return ""
+}

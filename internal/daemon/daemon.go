@@ -1,0 +1,303 @@
+// Package daemon wires Corral's components from one Config and runs them:
+// store, storage, drivers, sandbox Manager and the API listeners, started in
+// dependency order and stopped in reverse. It holds no logic of its own
+// beyond that order.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/runc"
+	"github.com/corralrun/corral/internal/reaper"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/server"
+	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/storage/btrfs"
+	"github.com/corralrun/corral/internal/storage/overlay"
+	"github.com/corralrun/corral/internal/store"
+)
+
+// Config is everything the daemon needs. Zero values take the defaults
+// documented on each field.
+type Config struct {
+	// StateDir holds the database, storage and driver state
+	// (default /var/lib/corral).
+	StateDir string
+	// Socket is the root-only unix socket of the API
+	// (default /run/corral/corral.sock).
+	Socket string
+	// Listen, when set, also serves the API on this TCP address; APIKey is
+	// then required.
+	Listen string
+	APIKey string
+	// Storage is "btrfs" (default) or "overlay".
+	Storage string
+	// BtrfsImageSize is the size of the sparse loop image used when the
+	// state dir is not on btrfs (default 20 GiB).
+	BtrfsImageSize int64
+	// Runtime is the default runtime (default "runc").
+	Runtime string
+	// RuncPath is the runc binary (default: from PATH).
+	RuncPath string
+	// AgentPath is the static binary run as the in-sandbox agent
+	// (default: this executable).
+	AgentPath string
+	// CgroupParent holds one cgroup per sandbox (default "/corral").
+	CgroupParent string
+	// Defaults and Max bound sandbox resources.
+	Defaults, Max              sandbox.Limits
+	DefaultTimeout, MaxTimeout time.Duration
+	Version                    string
+	Logger                     *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/corral"
+	}
+	if c.Socket == "" {
+		c.Socket = "/run/corral/corral.sock"
+	}
+	if c.Storage == "" {
+		c.Storage = "btrfs"
+	}
+	if c.Runtime == "" {
+		c.Runtime = "runc"
+	}
+	if c.AgentPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding own executable for the agent: %w", err)
+		}
+		c.AgentPath = exe
+	}
+	if c.Defaults == (sandbox.Limits{}) {
+		c.Defaults = sandbox.Limits{MilliCPUs: 1000, MemoryBytes: 512 << 20, Pids: 1024}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Listen != "" && c.APIKey == "" {
+		return errors.New("--listen needs an API key (--api-key or CORRAL_API_KEY): the TCP API must not be open")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return err
+	}
+	c.StateDir = abs
+	return nil
+}
+
+// Daemon is a running Corral daemon.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	lock    *os.File
+	store   *store.Store
+	storage storage.Backend
+	reaper  *reaper.Reaper
+	drivers []driver.Driver
+	manager *sandbox.Manager
+	servers []*http.Server
+	errc    chan error
+}
+
+// Start brings the daemon up: it locks the state dir, opens the store and
+// storage, reconciles sandboxes left by an earlier daemon, and starts
+// serving. On error everything started so far is stopped again.
+func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, errc: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			d.shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := reaper.SetSubreaper(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	if d.lock, err = lockDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if d.store, err = store.Open(ctx, filepath.Join(cfg.StateDir, "corral.db")); err != nil {
+		return nil, err
+	}
+	storageDir := filepath.Join(cfg.StateDir, "storage")
+	switch cfg.Storage {
+	case "btrfs":
+		d.storage, err = btrfs.New(ctx, btrfs.Config{Dir: storageDir, ImageSize: cfg.BtrfsImageSize, Logger: d.log})
+	case "overlay":
+		d.storage, err = overlay.New(ctx, overlay.Config{Dir: filepath.Join(cfg.StateDir, "overlay"), Logger: d.log})
+	default:
+		err = fmt.Errorf("unknown storage backend %q (use btrfs or overlay)", cfg.Storage)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s storage: %w", cfg.Storage, err)
+	}
+	d.reaper = reaper.New(reaper.Options{Logger: d.log})
+	d.reaper.Start(context.WithoutCancel(ctx))
+	rd, err := runc.New(runc.Config{
+		Root:         filepath.Join(cfg.StateDir, "runc"),
+		RuncPath:     cfg.RuncPath,
+		AgentPath:    cfg.AgentPath,
+		CgroupParent: cfg.CgroupParent,
+		Reaper:       d.reaper,
+		Logger:       d.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting runc driver: %w", err)
+	}
+	d.drivers = append(d.drivers, rd)
+	d.manager, err = sandbox.New(sandbox.Config{
+		Store:          d.store,
+		Storage:        d.storage,
+		Drivers:        d.drivers,
+		DefaultRuntime: cfg.Runtime,
+		Defaults:       cfg.Defaults,
+		Max:            cfg.Max,
+		DefaultTimeout: cfg.DefaultTimeout,
+		MaxTimeout:     cfg.MaxTimeout,
+		Logger:         d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.manager.Start(ctx); err != nil {
+		d.manager = nil
+		return nil, fmt.Errorf("reconciling sandboxes: %w", err)
+	}
+	srv := server.New(server.Config{Manager: d.manager, Version: cfg.Version, Storage: d.storage.Name(), Logger: d.log})
+	if err := d.serveUnix(srv.Handler()); err != nil {
+		return nil, err
+	}
+	if cfg.Listen != "" {
+		h, err := srv.AuthHandler(cfg.APIKey)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.serveTCP(h); err != nil {
+			return nil, err
+		}
+	}
+	d.log.Info("corral daemon started", "state_dir", cfg.StateDir, "socket", cfg.Socket, "listen", cfg.Listen,
+		"storage", d.storage.Name(), "sandboxes", len(d.manager.List(sandbox.Filter{})))
+	return d, nil
+}
+
+// Manager returns the daemon's sandbox manager.
+func (d *Daemon) Manager() *sandbox.Manager { return d.manager }
+
+// Err delivers the first error of a listener that stopped unexpectedly.
+func (d *Daemon) Err() <-chan error { return d.errc }
+
+// Stop stops serving and releases daemon-wide resources. Sandboxes keep
+// running and are reattached by the next daemon; if none remain, the
+// storage is released too (for btrfs on a loop image: unmounted).
+func (d *Daemon) Stop(ctx context.Context) {
+	d.shutdown(ctx)
+}
+
+func (d *Daemon) shutdown(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, s := range d.servers {
+		_ = s.Shutdown(ctx)
+	}
+	idle := true
+	if d.manager != nil {
+		idle = len(d.manager.List(sandbox.Filter{})) == 0
+		_ = d.manager.Close()
+	}
+	for _, drv := range d.drivers {
+		_ = drv.Close()
+	}
+	if d.reaper != nil {
+		_ = d.reaper.Close()
+	}
+	if d.storage != nil && idle {
+		if err := d.storage.Close(); err != nil {
+			d.log.Error("closing storage", "err", err)
+		}
+	}
+	if d.store != nil {
+		_ = d.store.Close()
+	}
+	if d.lock != nil {
+		_ = d.lock.Close()
+	}
+}
+
+// lockDir takes an exclusive lock on dir/daemon.lock so that two daemons
+// never manage the same state. The lock is released when the process dies.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening daemon lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another corral daemon uses %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+func (d *Daemon) serveUnix(h http.Handler) error {
+	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o700); err != nil {
+		return fmt.Errorf("creating socket dir: %w", err)
+	}
+	// A socket file left by a killed daemon is stale: the state-dir lock
+	// proves no other daemon serves it.
+	if err := os.Remove(d.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing stale socket: %w", err)
+	}
+	old := unix.Umask(0o177)
+	l, err := net.Listen("unix", d.cfg.Socket)
+	unix.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", d.cfg.Socket, err)
+	}
+	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
+		l.Close()
+		return err
+	}
+	d.serve(l, h)
+	return nil
+}
+
+func (d *Daemon) serveTCP(h http.Handler) error {
+	l, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
+	}
+	d.serve(l, h)
+	return nil
+}
+
+func (d *Daemon) serve(l net.Listener, h http.Handler) {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	d.servers = append(d.servers, s)
+	go func() {
+		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case d.errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err):
+			default:
+			}
+		}
+	}()
+}

@@ -1,0 +1,108 @@
+// Package driver defines the interface between the sandbox Manager and one
+// isolation technology (runc, gVisor, QEMU).
+//
+// A driver creates, starts, deletes and reattaches to instances and dials the
+// in-sandbox agent. It does not schedule, persist state or enforce quotas
+// beyond applying the limits it is given; the Manager does those. Optional
+// abilities (pause, checkpoint, live resize) are separate interfaces that a
+// driver may also implement; callers discover them with a type assertion and
+// a missing ability is reported with an error wrapping
+// errdefs.ErrNotImplemented.
+package driver
+
+import (
+	"context"
+	"net"
+)
+
+// Spec is everything a driver needs to create one instance.
+type Spec struct {
+	// ID names the instance; it is the sandbox ID, unique on this host,
+	// and safe to use in file names and as a runtime container ID.
+	ID string
+	// RootFS is the host path of the sandbox's writable root tree,
+	// prepared by storage. The driver must not delete it.
+	RootFS string
+	// Hostname inside the sandbox.
+	Hostname string
+	// Resources are hard limits; zero fields mean unlimited.
+	Resources Resources
+}
+
+// Resources are the hard limits of one instance.
+type Resources struct {
+	// MilliCPUs is the CPU quota in thousandths of a CPU (1000 = one core).
+	MilliCPUs int64
+	// MemoryBytes is the memory limit; swap is disabled.
+	MemoryBytes int64
+	// Pids is the maximum number of tasks (processes and threads).
+	Pids int64
+}
+
+// Status is what the driver knows of an instance's state on the host.
+type Status string
+
+// The statuses an instance can be in.
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped" // exists, but its init has exited
+	StatusUnknown Status = "unknown" // not known to the runtime
+)
+
+// Capabilities advertise what a driver can do beyond the basic lifecycle.
+type Capabilities struct {
+	// Pause means the driver implements Pauser.
+	Pause bool `json:"pause"`
+	// Checkpoint means the driver implements Checkpointer (memory state).
+	Checkpoint bool `json:"checkpoint"`
+	// Isolation names the boundary: "container", "gvisor" or "vm".
+	Isolation string `json:"isolation"`
+}
+
+// Stats are point-in-time resource readings of an instance.
+type Stats struct {
+	MemoryBytes   int64 `json:"memory_bytes"`
+	CPUUsageNanos int64 `json:"cpu_usage_ns"`
+	Pids          int64 `json:"pids"`
+	OOMKills      int64 `json:"oom_kills"`
+}
+
+// Driver is one isolation technology. Implementations must be safe for
+// concurrent use; calls for different IDs may run in parallel.
+type Driver interface {
+	// Name is the runtime name users select ("runc", "gvisor", "qemu").
+	Name() string
+	// Capabilities reports the optional abilities.
+	Capabilities() Capabilities
+	// Create creates and starts an instance and returns once its agent
+	// accepts connections. A failed Create leaves nothing behind.
+	Create(ctx context.Context, spec Spec) error
+	// Delete stops the instance and releases everything the driver holds
+	// for it. It is idempotent: deleting an unknown ID returns nil.
+	Delete(ctx context.Context, id string) error
+	// Status reports the instance's state; StatusUnknown with a nil error
+	// when the runtime does not know the ID.
+	Status(ctx context.Context, id string) (Status, error)
+	// List returns the IDs of all instances this driver holds resources
+	// for, including half-made ones, so that a restarted daemon can clean
+	// up what its store does not know.
+	List(ctx context.Context) ([]string, error)
+	// DialAgent opens a new stream connection to the instance's agent.
+	DialAgent(ctx context.Context, id string) (net.Conn, error)
+	// Stats reads the instance's resource usage.
+	Stats(ctx context.Context, id string) (Stats, error)
+	// Close releases driver-wide resources; instances keep running.
+	Close() error
+}
+
+// Pauser freezes and thaws all processes of an instance.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}
+
+// Updater changes the limits of a running instance.
+type Updater interface {
+	Update(ctx context.Context, id string, r Resources) error
+}

@@ -1,0 +1,664 @@
+package runc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/reaper"
+)
+
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Pauser  = (*Driver)(nil)
+	_ driver.Updater = (*Driver)(nil)
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultCgroupParent = "/corral"
+	DefaultStartTimeout = 10 * time.Second
+)
+
+// Files in a sandbox directory.
+const (
+	configFile = "config.json"
+	socketFile = "agent.sock"
+	logFile    = "agent.log"
+	pidFile    = "init.pid"
+)
+
+// logTail is how much of agent.log a failed create reports.
+const logTail = 2048
+
+// maxSocketPath is the longest path a unix socket address can hold
+// (sun_path is 108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+// Config configures a Driver.
+type Config struct {
+	// Root holds the driver's state: runc's state (runc --root) at
+	// Root/state and one directory per sandbox at Root/sandboxes/<id>.
+	// It must be an absolute path, short enough that
+	// Root/sandboxes/<id>/agent.sock fits a unix socket address.
+	Root string
+	// RuncPath is the runc binary; "runc" from PATH when empty.
+	RuncPath string
+	// AgentPath is the host path of the static agent binary (the corral
+	// binary itself), bind-mounted read-only into every sandbox.
+	AgentPath string
+	// CgroupParent is the cgroup under which each sandbox gets
+	// <CgroupParent>/<id>; DefaultCgroupParent when empty.
+	CgroupParent string
+	// Reaper, when set, is told about each sandbox's init process so that
+	// it reaps it when it exits. The daemon must be a child subreaper
+	// (reaper.SetSubreaper) for the init to become its child once
+	// `runc run --detach` returns. Without a reaper, exited inits of a
+	// subreaper daemon stay zombies until the daemon exits.
+	Reaper *reaper.Reaper
+	// StartTimeout bounds Create from running runc to the agent's ready
+	// line; DefaultStartTimeout when zero.
+	StartTimeout time.Duration
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Driver runs sandboxes as runc containers. It keeps no in-memory state
+// about sandboxes: everything lives in Root and in runc's state, so a new
+// Driver on the same Root takes over the sandboxes of a crashed daemon.
+// Methods are safe for concurrent use on different IDs; the caller
+// serializes calls for the same ID.
+type Driver struct {
+	cfg       Config
+	host      Host
+	stateDir  string
+	boxesDir  string
+	log       *slog.Logger
+	runcPath  string
+	cgroupsV2 bool
+}
+
+// New checks cfg, fills in defaults, creates the directories under Root
+// and detects the host's cgroup version. It does not touch existing
+// sandboxes.
+func New(cfg Config) (*Driver, error) {
+	if !filepath.IsAbs(cfg.Root) {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "runc driver root %q is not an absolute path", cfg.Root)
+	}
+	if cfg.AgentPath == "" {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "runc driver needs an agent path")
+	}
+	agent, err := filepath.Abs(cfg.AgentPath)
+	if err != nil {
+		return nil, fmt.Errorf("resolving agent path: %w", err)
+	}
+	if _, err := os.Stat(agent); err != nil {
+		return nil, fmt.Errorf("checking agent binary: %w", err)
+	}
+	cfg.AgentPath = agent
+	if cfg.RuncPath == "" {
+		cfg.RuncPath = "runc"
+	}
+	runcPath, err := exec.LookPath(cfg.RuncPath)
+	if err != nil {
+		return nil, fmt.Errorf("finding runc: %w", err)
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	v2, swap, err := detectCgroups()
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cfg:      cfg,
+		stateDir: filepath.Join(cfg.Root, "state"),
+		boxesDir: filepath.Join(cfg.Root, "sandboxes"),
+		log:      cfg.Logger.With("driver", "runc"),
+		runcPath: runcPath,
+		host: Host{
+			AgentPath:      cfg.AgentPath,
+			CgroupParent:   cfg.CgroupParent,
+			CgroupV2:       v2,
+			SwapAccounting: swap,
+		},
+		cgroupsV2: v2,
+	}
+	for _, dir := range []string{d.stateDir, d.boxesDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating runc driver directory: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// Name returns "runc".
+func (d *Driver) Name() string { return "runc" }
+
+// Capabilities reports pause (cgroup freezer) and container isolation.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Pause: true, Isolation: "container"}
+}
+
+// Close does nothing: the driver holds no resources besides the
+// sandboxes, which keep running.
+func (d *Driver) Close() error { return nil }
+
+// validID matches runc's own rule for container IDs, minus dots at the
+// start so that an ID can never be "." or "..".
+var validID = regexp.MustCompile(`^[A-Za-z0-9_+\-][A-Za-z0-9_+.\-]*$`)
+
+func checkID(id string) error {
+	if len(id) > 128 || !validID.MatchString(id) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid sandbox id %q", id)
+	}
+	return nil
+}
+
+func (d *Driver) dir(id string) string { return filepath.Join(d.boxesDir, id) }
+
+func (d *Driver) cgroupPath(id string) string { return path.Join("/", d.cfg.CgroupParent, id) }
+
+// Create writes the sandbox's OCI bundle, starts its init (the agent) with
+// one `runc run --detach`, and returns when the agent reports ready on its
+// pipe. It fails with ErrAlreadyExists when the ID is in use. On any
+// failure it removes everything it made and returns an error that carries
+// the end of the agent's and runc's output.
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
+	id := spec.ID
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("creating container %s: %w", id, err)
+	}
+	if !filepath.IsAbs(spec.RootFS) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "creating container %s: root file system %q is not an absolute path", id, spec.RootFS)
+	}
+	dir := d.dir(id)
+	sock := filepath.Join(dir, socketFile)
+	if len(sock) > maxSocketPath {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "creating container %s: socket path %s is too long", id, sock)
+	}
+	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
+		return errdefs.Errorf(errdefs.ErrAlreadyExists, "creating container %s: runc already has a container with this id", id)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return errdefs.Errorf(errdefs.ErrAlreadyExists, "creating container %s: sandbox directory exists", id)
+		}
+		return fmt.Errorf("creating container %s: %w", id, err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
+	defer cancel()
+
+	// From here on, a failure undoes everything through destroy, which
+	// handles every partial state from "directory only" to "running".
+	defer func() {
+		if err == nil {
+			return
+		}
+		tail := readTail(filepath.Join(dir, logFile), logTail)
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := d.destroy(cleanupCtx, id); derr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
+		}
+		if tail != "" {
+			err = fmt.Errorf("%w\nagent.log:\n%s", err, tail)
+		}
+		err = fmt.Errorf("creating container %s: %w", id, err)
+	}()
+
+	config, err := json.MarshalIndent(OCISpec(spec, d.host), "", "\t")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, configFile), config, 0o600); err != nil {
+		return err
+	}
+	// runc itself is not interrupted when the caller gives up: killing it
+	// midway orphans its `runc init` children. It runs for tens of
+	// milliseconds; only a hung runc is killed, at StartTimeout.
+	runCtx, cancelRun := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StartTimeout)
+	defer cancelRun()
+	pid, ready, err := d.run(runCtx, id, dir, sock)
+	if err != nil {
+		return err
+	}
+	defer ready.Close()
+	if d.cfg.Reaper != nil {
+		d.cfg.Reaper.Watch(pid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("waiting for the agent: %w", err)
+	}
+	ranRunc := time.Now()
+	if err := waitReady(ctx, ready); err != nil {
+		return err
+	}
+	d.log.Debug("created container", "sandbox_id", id, "pid", pid,
+		"duration_ms", time.Since(start).Milliseconds(), "runc_ms", ranRunc.Sub(start).Milliseconds())
+	return nil
+}
+
+// run starts the container and returns its init's pid and the read end of
+// the agent's ready pipe. The listening socket and the pipe's write end
+// exist only in the container once run returns.
+func (d *Driver) run(ctx context.Context, id, dir, sock string) (pid int, ready *os.File, err error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return 0, nil, fmt.Errorf("listening for the agent: %w", err)
+	}
+	// The socket file must outlive our copy of the listener: the agent
+	// keeps listening on it after the daemon closes its descriptors.
+	l.SetUnlinkOnClose(false)
+	lf, err := l.File()
+	l.Close()
+	if err != nil {
+		return 0, nil, fmt.Errorf("listening for the agent: %w", err)
+	}
+	defer lf.Close()
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer w.Close()
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
+
+	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer logf.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer null.Close()
+
+	pidPath := filepath.Join(dir, pidFile)
+	// runc passes its stdio through to the container's init when it has no
+	// terminal, so the agent's output and runc's own errors both land in
+	// agent.log. --preserve-fds 2 hands fds 3 and 4 (ExtraFiles) to init.
+	cmd := exec.CommandContext(ctx, d.runcPath, "--root", d.stateDir, "run",
+		"--detach", "--preserve-fds", "2", "--pid-file", pidPath, "--bundle", dir, id)
+	cmd.Stdin = null
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{w, lf}
+	cmd.Env = runcEnv()
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return 0, nil, fmt.Errorf("running runc: %w", err)
+	}
+	b, err := os.ReadFile(pidPath)
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading init pid: %w", err)
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, nil, fmt.Errorf("parsing init pid: %w", err)
+	}
+	return pid, r, nil
+}
+
+// waitReady reads the agent's start-up line: "ok" or "error: <message>".
+// End of file first means the agent died before it was ready.
+func waitReady(ctx context.Context, r *os.File) error {
+	if dl, ok := ctx.Deadline(); ok {
+		r.SetReadDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { r.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var line []byte
+	buf := make([]byte, 256)
+	for len(line) < 4096 {
+		n, err := r.Read(buf)
+		line = append(line, buf[:n]...)
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			msg := string(line[:i])
+			if msg == "ok" {
+				return nil
+			}
+			return fmt.Errorf("agent failed to start: %s", strings.TrimPrefix(msg, "error: "))
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("waiting for the agent: %w", ctx.Err())
+			}
+			return fmt.Errorf("waiting for the agent: %w", context.DeadlineExceeded)
+		}
+		if err == io.EOF {
+			return fmt.Errorf("agent exited before it was ready")
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the agent: %w", err)
+		}
+	}
+	return fmt.Errorf("agent wrote an overlong ready line")
+}
+
+// Delete kills the container, removes it from runc, removes its cgroups
+// and its directory. It succeeds for unknown IDs and for every partial
+// state a failed Create or a daemon crash can leave.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("deleting container %s: %w", id, err)
+	}
+	if err := d.destroy(ctx, id); err != nil {
+		return fmt.Errorf("deleting container %s: %w", id, err)
+	}
+	return nil
+}
+
+// destroy is Delete without the error prefix.
+//
+// `runc delete --force` on a running container sends SIGKILL and then
+// sleeps in 100 ms steps until the init is gone; killing first and waiting
+// for the init ourselves, then deleting a stopped container, takes a tenth
+// of that.
+func (d *Driver) destroy(ctx context.Context, id string) error {
+	dir := d.dir(id)
+	cg := d.cgroupPath(id)
+	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
+		if _, err := d.runc(ctx, nil, "kill", id, "KILL"); err == nil {
+			// A frozen init cannot die; thaw it so the signal lands.
+			if frozen(d.cgroupsV2, cg) {
+				if _, err := d.runc(ctx, nil, "resume", id); err != nil {
+					d.log.Warn("resuming container to kill it", "sandbox_id", id, "error", err)
+				}
+			}
+			if pid, err := readPid(filepath.Join(dir, pidFile)); err == nil {
+				waitExited(ctx, pid, 5*time.Second)
+			}
+		}
+		if _, err := d.runc(ctx, nil, "delete", "--force", id); err != nil && !isNotExist(err) {
+			return err
+		}
+	}
+	if err := removeCgroups(d.cgroupsV2, cg); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing sandbox directory: %w", err)
+	}
+	return nil
+}
+
+func readPid(name string) (int, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// waitExited polls until pid is gone or a zombie, for at most limit.
+func waitExited(ctx context.Context, pid int, limit time.Duration) {
+	statPath := "/proc/" + strconv.Itoa(pid) + "/stat"
+	deadline := time.Now().Add(limit)
+	delay := 500 * time.Microsecond
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		b, err := os.ReadFile(statPath)
+		if err != nil {
+			return
+		}
+		// Format: "pid (comm) S ...": the state follows the last ')'.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+			return
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
+
+// Status asks runc for the container's state. A container whose init has
+// exited and one that was created but never started are both stopped.
+func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
+	if err := checkID(id); err != nil {
+		return driver.StatusUnknown, nil
+	}
+	out, err := d.runc(ctx, nil, "state", id)
+	if err != nil {
+		if isNotExist(err) {
+			return driver.StatusUnknown, nil
+		}
+		return "", fmt.Errorf("reading state of container %s: %w", id, err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", fmt.Errorf("reading state of container %s: %w", id, err)
+	}
+	switch st.Status {
+	case "running":
+		return driver.StatusRunning, nil
+	case "paused", "pausing":
+		return driver.StatusPaused, nil
+	case "created", "stopped":
+		return driver.StatusStopped, nil
+	}
+	return "", fmt.Errorf("reading state of container %s: unexpected runc status %q", id, st.Status)
+}
+
+// List returns the IDs that have runc state or a sandbox directory, sorted:
+// running sandboxes and the leftovers of interrupted creates and deletes.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	var ids []string
+	for _, dir := range []string{d.stateDir, d.boxesDir} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("listing containers: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// DialAgent connects to the agent's socket in the sandbox directory.
+func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	if err := checkID(id); err != nil {
+		return nil, fmt.Errorf("dialing agent of %s: %w", id, err)
+	}
+	sock := filepath.Join(d.dir(id), socketFile)
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, "unix", sock)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		}
+		return nil, fmt.Errorf("dialing agent of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// Stats reads the container's cgroup files; it does not run runc.
+func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
+	if err := checkID(id); err != nil {
+		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
+	}
+	cg := d.cgroupPath(id)
+	if err := cgroupExists(d.cgroupsV2, cg); err != nil {
+		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
+	}
+	s, err := cgroupStats(d.cgroupsV2, cg)
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// Pause freezes every process of the container (cgroup freezer).
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	return d.simple(ctx, "pausing", id, "pause")
+}
+
+// Resume thaws a paused container.
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	return d.simple(ctx, "resuming", id, "resume")
+}
+
+// Update replaces the container's CPU, memory and pids limits; zero fields
+// lift a limit. Lowering memory below current usage makes the kernel
+// reclaim or OOM-kill inside the sandbox.
+func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("updating container %s: %w", id, err)
+	}
+	doc, err := json.Marshal(updateResources(r, d.host))
+	if err != nil {
+		return fmt.Errorf("updating container %s: %w", id, err)
+	}
+	if _, err := d.runc(ctx, doc, "update", "-r", "-", id); err != nil {
+		return fmt.Errorf("updating container %s: %w", id, classify(err))
+	}
+	return nil
+}
+
+func (d *Driver) simple(ctx context.Context, doing, id, verb string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("%s container %s: %w", doing, id, err)
+	}
+	if _, err := d.runc(ctx, nil, verb, id); err != nil {
+		return fmt.Errorf("%s container %s: %w", doing, id, classify(err))
+	}
+	return nil
+}
+
+// runcError is a failed runc invocation with runc's own message.
+type runcError struct {
+	args []string
+	msg  string
+	err  error
+}
+
+func (e *runcError) Error() string {
+	if e.msg == "" {
+		return fmt.Sprintf("runc %s: %v", e.args[0], e.err)
+	}
+	return fmt.Sprintf("runc %s: %s", e.args[0], e.msg)
+}
+
+func (e *runcError) Unwrap() error { return e.err }
+
+// runc runs one runc command with the driver's state root and returns its
+// standard output.
+func (d *Driver) runc(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, d.runcPath, append([]string{"--root", d.stateDir}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	cmd.Env = runcEnv()
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return nil, &runcError{args: args, msg: runcMessage(stderr.String()), err: err}
+	}
+	return stdout.Bytes(), nil
+}
+
+// runcEnv is the environment runc runs with: enough to find its helpers,
+// and nothing that changes its behaviour (LISTEN_FDS adds inherited fds,
+// NOTIFY_SOCKET turns on sd_notify handling).
+func runcEnv() []string {
+	return []string{"PATH=" + os.Getenv("PATH")}
+}
+
+// runcMessage extracts the msg="..." field of runc's logrus lines,
+// falling back to the trimmed output.
+func runcMessage(out string) string {
+	out = strings.TrimSpace(out)
+	var msgs []string
+	for _, line := range strings.Split(out, "\n") {
+		_, rest, ok := strings.Cut(line, `msg="`)
+		if !ok {
+			continue
+		}
+		if s, err := strconv.Unquote(`"` + strings.TrimSuffix(rest, `"`) + `"`); err == nil {
+			rest = s
+		}
+		msgs = append(msgs, rest)
+	}
+	if len(msgs) == 0 {
+		return out
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func isNotExist(err error) bool {
+	var re *runcError
+	return errors.As(err, &re) && strings.Contains(re.msg, "does not exist")
+}
+
+// classify adds the errdefs kind that matches runc's message.
+func classify(err error) error {
+	var re *runcError
+	if !errors.As(err, &re) {
+		return err
+	}
+	switch {
+	case strings.Contains(re.msg, "does not exist"):
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	case strings.Contains(re.msg, "not running"), strings.Contains(re.msg, "not paused"),
+		strings.Contains(re.msg, "is paused"), strings.Contains(re.msg, "stopped"):
+		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	return err
+}
+
+// readTail returns up to n bytes from the end of a file, "" if unreadable.
+func readTail(name string, n int64) string {
+	f, err := os.Open(name)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && err != io.EOF {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

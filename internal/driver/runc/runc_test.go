@@ -1,0 +1,441 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/drivertest"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/reaper"
+	"github.com/corralrun/corral/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	// As in the daemon: container inits reparent to this process once
+	// `runc run --detach` exits, and the per-driver reapers reap them.
+	if os.Geteuid() == 0 {
+		if err := reaper.SetSubreaper(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// env is what the runc tests share: a cgroup parent unique to the test
+// (removed at its end) and the agent binary.
+type env struct {
+	cgroupParent string
+	agent        string
+}
+
+func newEnv(t testing.TB) env {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	e := env{
+		cgroupParent: fmt.Sprintf("/corral-test-%08x", rand.Uint32()),
+		agent:        testutil.CorralBinary(t),
+	}
+	t.Cleanup(func() {
+		for _, dir := range cgroupDirs(false, e.cgroupParent) {
+			os.Remove(dir)
+		}
+		os.Remove(filepath.Join(cgroupRoot, e.cgroupParent))
+	})
+	return e
+}
+
+// newDriver returns a driver with its own short root (unix socket paths
+// are limited to 107 bytes) and its own running reaper.
+func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
+	t.Helper()
+	root, err := os.MkdirTemp("", "crl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := reaper.New(reaper.Options{})
+	rp.Start(context.Background())
+	cfg := Config{Root: root, AgentPath: e.agent, CgroupParent: e.cgroupParent, Reaper: rp}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		rp.Close()
+		os.RemoveAll(root)
+	})
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	e := newEnv(t)
+	drivertest.Run(t, drivertest.Harness{
+		New:          func(t *testing.T) driver.Driver { return e.newDriver(t, nil) },
+		RootFS:       func(t *testing.T) string { return testutil.BusyboxRootfs(t) },
+		CgroupParent: e.cgroupParent,
+		Features:     drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true},
+	})
+}
+
+// checkNothingLeft fails unless the driver holds nothing for id: no runc
+// state, no sandbox directory, no cgroup, no process in rootfs.
+func checkNothingLeft(t *testing.T, d *Driver, e env, id, rootfs string) {
+	t.Helper()
+	if ids, err := d.List(t.Context()); err != nil || len(ids) != 0 {
+		t.Errorf("List() = %v, %v; want empty", ids, err)
+	}
+	for _, p := range []string{filepath.Join(d.stateDir, id), d.dir(id)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still exists (%v)", p, err)
+		}
+	}
+	if dirs := testutil.CgroupDirs(t, e.cgroupParent); len(dirs) != 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+	if pids := testutil.ProcessesWithRoot(t, rootfs); len(pids) != 0 {
+		t.Errorf("processes left in %s: %v", rootfs, pids)
+	}
+	if m := testutil.Mounts(t, d.cfg.Root); len(m) != 0 {
+		t.Errorf("mounts left under %s: %v", d.cfg.Root, m)
+	}
+}
+
+// TestCreateFailures starts agents that fail in each way the start-up
+// contract allows and checks the error and that nothing is left.
+func TestCreateFailures(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name    string
+		script  string
+		timeout time.Duration
+		cancel  time.Duration // cancel the context this long into Create
+		noRoot  bool
+		want    string
+		wantErr error
+	}{
+		{name: "error line", script: `echo "starting up"; echo "error: no disk" >&3; exit 1`, want: "no disk"},
+		{name: "exit before ready", script: `echo "dying early" >&2; exit 3`, want: "dying early"},
+		{name: "timeout", script: `sleep 60`, timeout: 300 * time.Millisecond, wantErr: context.DeadlineExceeded},
+		{name: "canceled while waiting", script: `sleep 60`, cancel: 300 * time.Millisecond, wantErr: context.Canceled},
+		{name: "canceled during runc run", script: `sleep 60`, cancel: 10 * time.Millisecond, wantErr: context.Canceled},
+		{name: "agent not executable", script: "", want: "exec format error"},
+		{name: "runc fails", script: "echo ok >&3; exec sleep 60", noRoot: true, want: "no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			agent := filepath.Join(t.TempDir(), "agent")
+			body := "#!/bin/sh\n" + tt.script + "\n"
+			if tt.script == "" {
+				body = "not an executable\n"
+			}
+			if err := os.WriteFile(agent, []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d := e.newDriver(t, func(c *Config) {
+				c.AgentPath = agent
+				if tt.timeout > 0 {
+					c.StartTimeout = tt.timeout
+				}
+			})
+			rootfs := testutil.BusyboxRootfs(t)
+			ctx := t.Context()
+			if tt.cancel > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				time.AfterFunc(tt.cancel, cancel)
+			}
+			spec := rootfs
+			if tt.noRoot {
+				spec = filepath.Join(rootfs, "missing")
+			}
+			err := d.Create(ctx, driver.Spec{ID: "bad", RootFS: spec, Resources: driver.Resources{MemoryBytes: 64 << 20, Pids: 64}})
+			if err == nil {
+				t.Fatal("Create succeeded")
+			}
+			if !strings.HasPrefix(err.Error(), "creating container bad: ") {
+				t.Errorf("error %q lacks the creating container prefix", err)
+			}
+			if tt.want != "" && !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("error %q is not %v", err, tt.wantErr)
+			}
+			t.Logf("error: %v", err)
+			checkNothingLeft(t, d, e, "bad", rootfs)
+		})
+	}
+}
+
+func TestCreateRejects(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	rootfs := testutil.BusyboxRootfs(t)
+	for _, id := range []string{"", "..", ".hidden", "a/b", "a b", strings.Repeat("x", 200)} {
+		err := d.Create(t.Context(), driver.Spec{ID: id, RootFS: rootfs})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Create(%q) = %v, want ErrInvalidArgument", id, err)
+		}
+	}
+	if err := d.Create(t.Context(), driver.Spec{ID: "rel", RootFS: "relative/root"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Create with a relative root = %v, want ErrInvalidArgument", err)
+	}
+	checkNothingLeft(t, d, e, "rel", rootfs)
+}
+
+func readCgroup(t *testing.T, controller, p, file string) int64 {
+	t.Helper()
+	v, err := readInt(filepath.Join(cgroupRoot, controller, p, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestUpdateAndLimits(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	if d.cgroupsV2 {
+		t.Skip("checks v1 cgroup files")
+	}
+	ctx := t.Context()
+	rootfs := testutil.BusyboxRootfs(t)
+	id := "upd"
+	if err := d.Create(ctx, driver.Spec{ID: id, RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, Pids: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Delete(context.Background(), id) })
+	cg := d.cgroupPath(id)
+	check := func(mem, quota, pids int64) {
+		t.Helper()
+		if got := readCgroup(t, "memory", cg, "memory.limit_in_bytes"); got != mem {
+			t.Errorf("memory.limit_in_bytes = %d, want %d", got, mem)
+		}
+		if d.host.SwapAccounting {
+			if got := readCgroup(t, "memory", cg, "memory.memsw.limit_in_bytes"); got != mem {
+				t.Errorf("memory.memsw.limit_in_bytes = %d, want %d", got, mem)
+			}
+		}
+		if got := readCgroup(t, "cpu", cg, "cpu.cfs_quota_us"); got != quota {
+			t.Errorf("cpu.cfs_quota_us = %d, want %d", got, quota)
+		}
+		b, err := os.ReadFile(filepath.Join(cgroupRoot, "pids", cg, "pids.max"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "max"
+		if pids > 0 {
+			want = strconv.FormatInt(pids, 10)
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("pids.max = %s, want %s", got, want)
+		}
+	}
+	check(64<<20, 50000, 100)
+	if got := readCgroup(t, "memory", cg, "memory.swappiness"); got != 0 {
+		t.Errorf("memory.swappiness = %d, want 0", got)
+	}
+	if err := d.Update(ctx, id, driver.Resources{MemoryBytes: 128 << 20, MilliCPUs: 2000, Pids: 200}); err != nil {
+		t.Fatal(err)
+	}
+	check(128<<20, 200000, 200)
+	if err := d.Update(ctx, "nope", driver.Resources{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Update(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := d.Pause(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Pause(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := d.Resume(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Resume(running) = %v, want ErrFailedPrecondition", err)
+	}
+}
+
+// TestTakeOver checks that a second driver on the same root (a restarted
+// daemon) sees, uses and deletes the first one's sandbox, and that a
+// half-made sandbox directory is listed and deleted.
+func TestTakeOver(t *testing.T) {
+	e := newEnv(t)
+	d1 := e.newDriver(t, nil)
+	ctx := t.Context()
+	rootfs := testutil.BusyboxRootfs(t)
+	if err := d1.Create(ctx, driver.Spec{ID: "keep", RootFS: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d1.dir("half"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(d1.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := d2.List(ctx)
+	if err != nil || strings.Join(ids, ",") != "half,keep" {
+		t.Fatalf("List() = %v, %v; want [half keep]", ids, err)
+	}
+	if st, err := d2.Status(ctx, "keep"); err != nil || st != driver.StatusRunning {
+		t.Fatalf("Status(keep) = %s, %v", st, err)
+	}
+	if st, err := d2.Status(ctx, "half"); err != nil || st != driver.StatusUnknown {
+		t.Fatalf("Status(half) = %s, %v", st, err)
+	}
+	c, err := d2.DialAgent(ctx, "keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	for _, id := range ids {
+		if err := d2.Delete(ctx, id); err != nil {
+			t.Fatalf("Delete(%s): %v", id, err)
+		}
+	}
+	checkNothingLeft(t, d2, e, "keep", rootfs)
+}
+
+// TestStoppedSandbox checks a sandbox whose init died: stopped, and
+// deletable.
+func TestStoppedSandbox(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	ctx := t.Context()
+	rootfs := testutil.BusyboxRootfs(t)
+	if err := d.Create(ctx, driver.Spec{ID: "dies", RootFS: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.runc(ctx, nil, "kill", "dies", "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := d.Status(ctx, "dies")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == driver.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Status = %s after the init was killed, want stopped", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := d.Delete(ctx, "dies"); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, d, e, "dies", rootfs)
+}
+
+// BenchmarkCreateDelete measures Create (bundle to agent ready), the first
+// exec through the agent, and Delete, each as its own metric.
+func BenchmarkCreateDelete(b *testing.B) {
+	e := newEnv(b)
+	d := e.newDriver(b, func(c *Config) {
+		if os.Getenv("CORRAL_BENCH_LOG") != "" {
+			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	})
+	rootfs := testutil.BusyboxRootfs(b)
+	ctx := b.Context()
+	var create, first, del time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("bench-%d", i)
+		t0 := time.Now()
+		if err := d.Create(ctx, driver.Spec{ID: id, RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 256 << 20, Pids: 256}}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if out, err := execOnce(ctx, d, id, "echo hi"); err != nil || out != "hi\n" {
+			b.Fatalf("exec: %q, %v", out, err)
+		}
+		t2 := time.Now()
+		if err := d.Delete(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		create += t1.Sub(t0)
+		first += t2.Sub(t1)
+		del += t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(create.Microseconds())/1000/n, "create-ms/op")
+	b.ReportMetric(float64((create+first).Microseconds())/1000/n, "create+exec-ms/op")
+	b.ReportMetric(float64(del.Microseconds())/1000/n, "delete-ms/op")
+}
+
+// BenchmarkBareRuncRun is the reference for Create: a foreground
+// `runc run` of the same busybox rootfs, with the same namespaces and
+// cgroup limits, running `echo hi` with its output captured.
+func BenchmarkBareRuncRun(b *testing.B) {
+	e := newEnv(b)
+	d := e.newDriver(b, nil)
+	rootfs := testutil.BusyboxRootfs(b)
+	bundle := b.TempDir()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		bareRun(b, d, bundle, rootfs, fmt.Sprintf("bare-%d", i))
+	}
+}
+
+func bareRun(b *testing.B, d *Driver, bundle, rootfs, id string) {
+	spec := OCISpec(driver.Spec{ID: id, RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 256 << 20, Pids: 256}}, d.host)
+	spec.Process.Args = []string{"/bin/echo", "hi"}
+	if err := writeJSON(filepath.Join(bundle, configFile), spec); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.CommandContext(b.Context(), d.runcPath, "--root", d.stateDir, "run", "--bundle", bundle, id)
+	out, err := cmd.Output()
+	if err != nil || string(out) != "hi\n" {
+		b.Fatalf("runc run: %q, %v", out, err)
+	}
+}
+
+// BenchmarkColdCreateRatio alternates a cold Create plus first exec output
+// with a bare `runc run` of the same rootfs, so that both see the same
+// machine load, and reports their ratio (DESIGN.md's target: <= 1.3).
+func BenchmarkColdCreateRatio(b *testing.B) {
+	e := newEnv(b)
+	d := e.newDriver(b, nil)
+	rootfs := testutil.BusyboxRootfs(b)
+	bareRootfs := testutil.BusyboxRootfs(b)
+	bundle := b.TempDir()
+	ctx := b.Context()
+	var ours, bare time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("cold-%d", i)
+		t0 := time.Now()
+		if err := d.Create(ctx, driver.Spec{ID: id, RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 256 << 20, Pids: 256}}); err != nil {
+			b.Fatal(err)
+		}
+		if out, err := execOnce(ctx, d, id, "echo hi"); err != nil || out != "hi\n" {
+			b.Fatalf("exec: %q, %v", out, err)
+		}
+		ours += time.Since(t0)
+		if err := d.Delete(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		bareRun(b, d, bundle, bareRootfs, "bare-"+id)
+		bare += time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(ours.Microseconds())/1000/n, "create+exec-ms/op")
+	b.ReportMetric(float64(bare.Microseconds())/1000/n, "bare-runc-ms/op")
+	b.ReportMetric(float64(ours)/float64(bare), "ratio")
+}

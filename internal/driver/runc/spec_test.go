@@ -1,0 +1,94 @@
+package runc
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/corralrun/corral/internal/driver"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func TestOCISpecGolden(t *testing.T) {
+	base := driver.Spec{ID: "sb-1", RootFS: "/var/lib/corral/roots/sb-1", Hostname: "box"}
+	limited := base
+	limited.Resources = driver.Resources{MilliCPUs: 1500, MemoryBytes: 256 << 20, Pids: 128}
+	v1 := Host{AgentPath: "/usr/local/bin/corral", CgroupParent: "/corral", SwapAccounting: true}
+	v1NoSwap := v1
+	v1NoSwap.SwapAccounting = false
+	v2 := Host{AgentPath: "/usr/local/bin/corral", CgroupParent: "corral.slice/x", CgroupV2: true}
+	tests := []struct {
+		name string
+		spec driver.Spec
+		host Host
+	}{
+		{"unlimited-v1", base, v1},
+		{"limits-v1", limited, v1},
+		{"limits-v1-noswap", limited, v1NoSwap},
+		{"limits-v2", limited, v2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := json.MarshalIndent(OCISpec(tt.spec, tt.host), "", "\t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			golden := filepath.Join("testdata", tt.name+".json")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("reading golden file (run with -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("OCISpec mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOCISpecDefaults(t *testing.T) {
+	s := OCISpec(driver.Spec{ID: "abc", RootFS: "/r"}, Host{AgentPath: "/a", CgroupParent: "/p"})
+	if s.Hostname != "abc" {
+		t.Errorf("hostname = %q, want the ID when unset", s.Hostname)
+	}
+	if s.Linux.CgroupsPath != "/p/abc" {
+		t.Errorf("cgroupsPath = %q, want /p/abc", s.Linux.CgroupsPath)
+	}
+	r := s.Linux.Resources
+	if r.Memory != nil || r.CPU != nil || r.Pids != nil {
+		t.Errorf("zero limits produced cgroup limits: %+v", r)
+	}
+}
+
+func TestUpdateResources(t *testing.T) {
+	h := Host{SwapAccounting: true}
+	r := updateResources(driver.Resources{MemoryBytes: 100, MilliCPUs: 500}, h)
+	if *r.Memory.Limit != 100 || *r.Memory.Swap != 100 || *r.CPU.Quota != 50000 || *r.Pids.Limit != -1 {
+		t.Errorf("updateResources = mem %d swap %d quota %d pids %d", *r.Memory.Limit, *r.Memory.Swap, *r.CPU.Quota, *r.Pids.Limit)
+	}
+}
+
+func TestRuncMessage(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"logrus", `time="2026-01-01T00:00:00Z" level=error msg="container does not exist"`, "container does not exist"},
+		{"escaped", `level=error msg="runc run failed: \"x\" missing"`, `runc run failed: "x" missing`},
+		{"plain", "  something broke\n", "something broke"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := runcMessage(tt.in); got != tt.want {
+				t.Errorf("runcMessage(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}

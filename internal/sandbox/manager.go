@@ -1,0 +1,678 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// Limits are resource limits; zero fields mean "no value".
+type Limits struct {
+	MilliCPUs   int64
+	MemoryBytes int64
+	Pids        int64
+	DiskBytes   int64
+}
+
+// Config wires a Manager. Store, Storage and at least one driver are
+// required.
+type Config struct {
+	Store   Store
+	Storage storage.Backend
+	Drivers []driver.Driver
+	// DefaultRuntime is used when a spec names none; default: the first
+	// driver.
+	DefaultRuntime string
+	// Defaults fill zero resource fields of a spec; Max bounds them (a zero
+	// field in Max means no bound).
+	Defaults Limits
+	Max      Limits
+	// DefaultTimeout applies when a spec has none (default 5 minutes);
+	// MaxTimeout bounds every timeout (0: no bound, and "no deadline" is
+	// allowed).
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+	// ReapInterval is how often expired sandboxes are looked for
+	// (default 1s).
+	ReapInterval time.Duration
+	Logger       *slog.Logger
+	// Now returns the current time; tests replace it.
+	Now func() time.Time
+}
+
+// Manager creates, tracks, times out and destroys sandboxes. It is safe for
+// concurrent use. Start must be called before use and Close after.
+type Manager struct {
+	cfg     Config
+	drivers map[string]driver.Driver
+	log     *slog.Logger
+
+	mu        sync.RWMutex
+	sandboxes map[string]*entry
+	templates map[string]Template
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// entry is the Manager's live view of one sandbox. op serializes lifecycle
+// operations (delete, timeout changes) on it; sb is guarded by Manager.mu.
+type entry struct {
+	op    sync.Mutex
+	sb    Sandbox
+	agent *agent.Client
+}
+
+// New validates cfg and returns a Manager; call Start to load state.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Storage == nil || len(cfg.Drivers) == 0 {
+		return nil, errors.New("sandbox manager needs a store, a storage backend and a driver")
+	}
+	m := &Manager{
+		cfg:       cfg,
+		drivers:   make(map[string]driver.Driver),
+		log:       cfg.Logger,
+		sandboxes: make(map[string]*entry),
+		templates: make(map[string]Template),
+		stop:      make(chan struct{}),
+	}
+	for _, d := range cfg.Drivers {
+		m.drivers[d.Name()] = d
+	}
+	if m.cfg.DefaultRuntime == "" {
+		m.cfg.DefaultRuntime = cfg.Drivers[0].Name()
+	}
+	if _, ok := m.drivers[m.cfg.DefaultRuntime]; !ok {
+		return nil, fmt.Errorf("default runtime %q has no driver", m.cfg.DefaultRuntime)
+	}
+	if m.cfg.DefaultTimeout == 0 {
+		m.cfg.DefaultTimeout = 5 * time.Minute
+	}
+	if m.cfg.ReapInterval == 0 {
+		m.cfg.ReapInterval = time.Second
+	}
+	if m.cfg.Now == nil {
+		m.cfg.Now = time.Now
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	return m, nil
+}
+
+// Start loads the store, reconciles it with what the drivers and storage
+// actually hold, and starts the deadline reaper. Sandboxes that were half
+// made or half deleted when the daemon stopped are cleaned up; running ones
+// are reattached; resources the store does not know are released.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.reconcile(ctx); err != nil {
+		return err
+	}
+	m.wg.Add(1)
+	go m.reapLoop()
+	return nil
+}
+
+// Close stops the reaper and waits for it. Sandboxes keep running. It is
+// safe to call more than once.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() { close(m.stop) })
+	m.wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.sandboxes {
+		if e.agent != nil {
+			e.agent.Close()
+		}
+	}
+	return nil
+}
+
+// Runtimes lists the available drivers and their capabilities.
+func (m *Manager) Runtimes() []RuntimeInfo {
+	out := make([]RuntimeInfo, 0, len(m.drivers))
+	for name, d := range m.drivers {
+		out = append(out, RuntimeInfo{Name: name, Default: name == m.cfg.DefaultRuntime, Capabilities: d.Capabilities()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// RuntimeInfo describes one driver.
+type RuntimeInfo struct {
+	Name         string              `json:"name"`
+	Default      bool                `json:"default"`
+	Capabilities driver.Capabilities `json:"capabilities"`
+}
+
+// Create makes a sandbox and returns it running. It records the sandbox
+// before acquiring anything, and on failure (including ctx being canceled)
+// releases everything it acquired and forgets the sandbox.
+func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	sb, drv, err := m.admit(spec)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	e := &entry{sb: sb}
+	e.op.Lock()
+	defer e.op.Unlock()
+
+	// Record first: a crash from here on is found and cleaned by reconcile.
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		return Sandbox{}, fmt.Errorf("recording sandbox %s: %w", sb.ID, err)
+	}
+	m.mu.Lock()
+	m.sandboxes[sb.ID] = e
+	m.mu.Unlock()
+
+	var undo []func(context.Context)
+	fail := func(err error) (Sandbox, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i](cctx)
+		}
+		m.forget(cctx, sb.ID)
+		return Sandbox{}, err
+	}
+
+	start := time.Now()
+	root, err := m.cfg.Storage.CreateRoot(ctx, sb.ID, sb.Template, storage.RootOptions{DiskBytes: sb.DiskBytes})
+	if err != nil {
+		return fail(fmt.Errorf("creating root of sandbox %s: %w", sb.ID, err))
+	}
+	undo = append(undo, func(ctx context.Context) {
+		if err := m.cfg.Storage.DeleteRoot(ctx, sb.ID); err != nil {
+			m.log.Error("rolling back root", "sandbox_id", sb.ID, "err", err)
+		}
+	})
+	err = drv.Create(ctx, driver.Spec{
+		ID:       sb.ID,
+		RootFS:   root,
+		Hostname: sb.ID,
+		Resources: driver.Resources{
+			MilliCPUs:   sb.MilliCPUs,
+			MemoryBytes: sb.MemoryBytes,
+			Pids:        sb.Pids,
+		},
+	})
+	if err != nil {
+		return fail(fmt.Errorf("starting sandbox %s: %w", sb.ID, err))
+	}
+	undo = append(undo, func(ctx context.Context) {
+		if err := drv.Delete(ctx, sb.ID); err != nil {
+			m.log.Error("rolling back instance", "sandbox_id", sb.ID, "err", err)
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("creating sandbox %s: %w", sb.ID, err))
+	}
+
+	m.mu.Lock()
+	e.agent = m.newAgent(drv, sb.ID)
+	e.sb.State = StateRunning
+	sb = e.sb.clone()
+	m.mu.Unlock()
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		return fail(fmt.Errorf("recording sandbox %s: %w", sb.ID, err))
+	}
+	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
+		"duration_ms", time.Since(start).Milliseconds())
+	return sb, nil
+}
+
+// admit validates spec, applies defaults and bounds, and returns the new
+// sandbox record (state creating) and its driver.
+func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
+	rt := spec.Runtime
+	if rt == "" {
+		rt = m.cfg.DefaultRuntime
+	}
+	drv, ok := m.drivers[rt]
+	if !ok {
+		return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown runtime %q (available: %s)", rt, strings.Join(m.runtimeNames(), ", "))
+	}
+	if spec.Template == "" {
+		return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "template is required")
+	}
+	m.mu.RLock()
+	_, ok = m.templates[spec.Template]
+	m.mu.RUnlock()
+	if !ok {
+		return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", spec.Template)
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid environment variable name %q", k)
+		}
+	}
+	lim := Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}
+	lim, err := m.bound(lim)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
+	now := m.cfg.Now()
+	timeout := m.cfg.DefaultTimeout
+	if spec.Timeout != nil {
+		timeout = *spec.Timeout
+	}
+	deadline, err := m.deadline(now, timeout)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
+	return Sandbox{
+		ID:          newID(),
+		Template:    spec.Template,
+		Runtime:     rt,
+		State:       StateCreating,
+		MilliCPUs:   lim.MilliCPUs,
+		MemoryBytes: lim.MemoryBytes,
+		Pids:        lim.Pids,
+		DiskBytes:   lim.DiskBytes,
+		Env:         cloneMap(spec.Env),
+		Metadata:    cloneMap(spec.Metadata),
+		CreatedAt:   now.UTC(),
+		Deadline:    deadline,
+	}, drv, nil
+}
+
+func (m *Manager) bound(l Limits) (Limits, error) {
+	type field struct {
+		name       string
+		v          *int64
+		def, limit int64
+	}
+	fields := []field{
+		{"cpus (millicpus)", &l.MilliCPUs, m.cfg.Defaults.MilliCPUs, m.cfg.Max.MilliCPUs},
+		{"memory (bytes)", &l.MemoryBytes, m.cfg.Defaults.MemoryBytes, m.cfg.Max.MemoryBytes},
+		{"pids", &l.Pids, m.cfg.Defaults.Pids, m.cfg.Max.Pids},
+		{"disk (bytes)", &l.DiskBytes, m.cfg.Defaults.DiskBytes, m.cfg.Max.DiskBytes},
+	}
+	for _, f := range fields {
+		if *f.v < 0 {
+			return l, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s must not be negative", f.name)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if f.limit > 0 && *f.v > f.limit {
+			return l, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s %d exceeds the server maximum %d", f.name, *f.v, f.limit)
+		}
+	}
+	if l.MemoryBytes > 0 && l.MemoryBytes < 16<<20 {
+		return l, errdefs.Errorf(errdefs.ErrInvalidArgument, "memory %d bytes is below the minimum of 16 MiB", l.MemoryBytes)
+	}
+	return l, nil
+}
+
+func (m *Manager) deadline(now time.Time, timeout time.Duration) (time.Time, error) {
+	if timeout < 0 {
+		return time.Time{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
+	}
+	if timeout == 0 {
+		if m.cfg.MaxTimeout > 0 {
+			return time.Time{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "a sandbox without deadline is not allowed: the server maximum timeout is %s", m.cfg.MaxTimeout)
+		}
+		return time.Time{}, nil
+	}
+	if m.cfg.MaxTimeout > 0 && timeout > m.cfg.MaxTimeout {
+		return time.Time{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout %s exceeds the server maximum %s", timeout, m.cfg.MaxTimeout)
+	}
+	return now.Add(timeout).UTC(), nil
+}
+
+func (m *Manager) runtimeNames() []string {
+	var names []string
+	for n := range m.drivers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (m *Manager) newAgent(drv driver.Driver, id string) *agent.Client {
+	return agent.New(func(ctx context.Context) (net.Conn, error) { return drv.DialAgent(ctx, id) })
+}
+
+// Get returns a copy of one sandbox.
+func (m *Manager) Get(id string) (Sandbox, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.sandboxes[id]
+	if !ok {
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	return e.sb.clone(), nil
+}
+
+// List returns copies of the sandboxes matching f, oldest first.
+func (m *Manager) List(f Filter) []Sandbox {
+	m.mu.RLock()
+	out := make([]Sandbox, 0, len(m.sandboxes))
+	for _, e := range m.sandboxes {
+		if f.match(e.sb) {
+			out = append(out, e.sb.clone())
+		}
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Delete destroys a sandbox and releases everything it holds. It works from
+// every state and is idempotent: deleting an unknown ID returns an error
+// wrapping errdefs.ErrNotFound and changes nothing. The work is not aborted
+// when ctx is canceled halfway, so a client that goes away cannot leave a
+// half-deleted sandbox.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	e, err := m.entry(id)
+	if err != nil {
+		return err
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	m.mu.Lock()
+	if m.sandboxes[id] != e { // deleted while we waited for op
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	e.sb.State = StateDeleting
+	sb := e.sb.clone()
+	m.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		return fmt.Errorf("recording deletion of sandbox %s: %w", id, err)
+	}
+	if err := m.release(ctx, sb.Runtime, id); err != nil {
+		m.setError(ctx, e, err)
+		return err
+	}
+	if e.agent != nil {
+		e.agent.Close()
+	}
+	m.forget(ctx, id)
+	m.log.Info("sandbox deleted", "sandbox_id", id)
+	return nil
+}
+
+// release frees the instance and the root of sandbox id.
+func (m *Manager) release(ctx context.Context, runtime, id string) error {
+	var errs []error
+	if drv, ok := m.drivers[runtime]; ok {
+		if err := drv.Delete(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("deleting instance of sandbox %s: %w", id, err))
+		}
+	}
+	if err := m.cfg.Storage.DeleteRoot(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("deleting root of sandbox %s: %w", id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// forget drops a sandbox from memory and the store.
+func (m *Manager) forget(ctx context.Context, id string) {
+	m.mu.Lock()
+	delete(m.sandboxes, id)
+	m.mu.Unlock()
+	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil {
+		m.log.Error("forgetting sandbox", "sandbox_id", id, "err", err)
+	}
+}
+
+func (m *Manager) setError(ctx context.Context, e *entry, cause error) {
+	m.mu.Lock()
+	e.sb.State = StateError
+	e.sb.Error = cause.Error()
+	sb := e.sb.clone()
+	m.mu.Unlock()
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		m.log.Error("recording sandbox error", "sandbox_id", sb.ID, "err", err)
+	}
+}
+
+func (m *Manager) entry(id string) (*entry, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.sandboxes[id]
+	if !ok {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	return e, nil
+}
+
+// SetTimeout sets a sandbox's deadline to now+timeout (0: no deadline, when
+// the server allows it). This is the only way a deadline changes.
+func (m *Manager) SetTimeout(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
+	e, err := m.entry(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	deadline, err := m.deadline(m.cfg.Now(), timeout)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	m.mu.Lock()
+	if e.sb.State == StateDeleting || e.sb.State == StateCreating {
+		st := e.sb.State
+		m.mu.Unlock()
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, st)
+	}
+	e.sb.Deadline = deadline
+	sb := e.sb.clone()
+	m.mu.Unlock()
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		return Sandbox{}, fmt.Errorf("recording timeout of sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Agent returns the agent client of a running sandbox, for file
+// operations. The client stays owned by the Manager.
+func (m *Manager) Agent(id string) (*agent.Client, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.sandboxes[id]
+	if !ok {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	if e.sb.State != StateRunning || e.agent == nil {
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
+	}
+	return e.agent, nil
+}
+
+// Exec runs a process in a running sandbox and calls fn for each event. The
+// sandbox's environment is the base of the process's; req.Env overrides it.
+// When a process dies of SIGKILL and the sandbox's OOM-kill count rose
+// meanwhile, the exit event says OOMKilled.
+func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn func(wire.ExecEvent) error) error {
+	m.mu.RLock()
+	e, ok := m.sandboxes[id]
+	if !ok {
+		m.mu.RUnlock()
+		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	if e.sb.State != StateRunning || e.agent == nil {
+		st := e.sb.State
+		m.mu.RUnlock()
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, st)
+	}
+	client, runtime := e.agent, e.sb.Runtime
+	if len(e.sb.Env) > 0 {
+		env := cloneMap(e.sb.Env)
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		req.Env = env
+	}
+	m.mu.RUnlock()
+
+	drv := m.drivers[runtime]
+	before, statsErr := drv.Stats(ctx, id)
+	err := client.Exec(ctx, req, func(ev wire.ExecEvent) error {
+		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && statsErr == nil {
+			if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
+				ev.OOMKilled = true
+			}
+		}
+		return fn(ev)
+	})
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		m.checkAlive(context.WithoutCancel(ctx), e)
+	}
+	return err
+}
+
+// checkAlive marks a sandbox as errored when its instance is gone, so that
+// a dead sandbox says so instead of timing out on every call.
+func (m *Manager) checkAlive(ctx context.Context, e *entry) {
+	m.mu.RLock()
+	id, runtime, state := e.sb.ID, e.sb.Runtime, e.sb.State
+	m.mu.RUnlock()
+	if state != StateRunning {
+		return
+	}
+	st, err := m.drivers[runtime].Status(ctx, id)
+	if err != nil || st == driver.StatusRunning || st == driver.StatusPaused {
+		return
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	m.setError(ctx, e, fmt.Errorf("sandbox %s stopped unexpectedly (instance is %s)", id, st))
+}
+
+// Stats reads a running sandbox's resource usage.
+func (m *Manager) Stats(ctx context.Context, id string) (driver.Stats, error) {
+	sb, err := m.Get(id)
+	if err != nil {
+		return driver.Stats{}, err
+	}
+	return m.drivers[sb.Runtime].Stats(ctx, id)
+}
+
+var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateTemplateName reports whether name can name a template: lower-case
+// letters, digits, '.', '_' and '-', starting with a letter or digit, at
+// most 63 characters.
+func ValidateTemplateName(name string) error {
+	if !templateName.MatchString(name) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid template name %q: use lower-case letters, digits, '.', '_' and '-'", name)
+	}
+	return nil
+}
+
+// CreateTemplate makes a template named name by calling fill on an empty
+// directory, and records it. Names are lower-case letters, digits, '.', '_'
+// and '-', at most 63 characters.
+func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill func(dir string) error) (Template, error) {
+	if err := ValidateTemplateName(name); err != nil {
+		return Template{}, err
+	}
+	m.mu.RLock()
+	_, exists := m.templates[name]
+	m.mu.RUnlock()
+	if exists {
+		return Template{}, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name)
+	}
+	if err := m.cfg.Storage.CreateTemplate(ctx, name, fill); err != nil {
+		return Template{}, fmt.Errorf("creating template %q: %w", name, err)
+	}
+	t := Template{Name: name, Source: source, CreatedAt: m.cfg.Now().UTC()}
+	if err := m.cfg.Store.PutTemplate(ctx, t); err != nil {
+		if derr := m.cfg.Storage.DeleteTemplate(context.WithoutCancel(ctx), name); derr != nil {
+			m.log.Error("rolling back template", "template", name, "err", derr)
+		}
+		return Template{}, fmt.Errorf("recording template %q: %w", name, err)
+	}
+	m.mu.Lock()
+	m.templates[name] = t
+	m.mu.Unlock()
+	return t, nil
+}
+
+// DeleteTemplate removes a template that no sandbox uses.
+func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	m.mu.Lock()
+	if _, ok := m.templates[name]; !ok {
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	}
+	var users []string
+	for id, e := range m.sandboxes {
+		if e.sb.Template == name {
+			users = append(users, id)
+		}
+	}
+	if len(users) > 0 {
+		m.mu.Unlock()
+		slices.Sort(users)
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d sandbox(es): %s", name, len(users), strings.Join(users, ", "))
+	}
+	delete(m.templates, name)
+	m.mu.Unlock()
+	if err := m.cfg.Storage.DeleteTemplate(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("deleting template %q: %w", name, err)
+	}
+	if err := m.cfg.Store.DeleteTemplate(ctx, name); err != nil {
+		return fmt.Errorf("forgetting template %q: %w", name, err)
+	}
+	return nil
+}
+
+// Templates lists templates by name.
+func (m *Manager) Templates() []Template {
+	m.mu.RLock()
+	out := make([]Template, 0, len(m.templates))
+	for _, t := range m.templates {
+		out = append(out, t)
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Template returns one template.
+func (m *Manager) Template(name string) (Template, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	t, ok := m.templates[name]
+	if !ok {
+		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	}
+	return t, nil
+}
+
+// newID returns a random sandbox ID: 16 lower-case base32 characters, safe
+// as a file name, a hostname and a runtime container ID.
+func newID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}

@@ -1,0 +1,175 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/corralrun/corral/internal/driver"
+)
+
+// reconcile makes memory, the store and the host agree after a start:
+//   - sandboxes recorded as creating or deleting were interrupted: their
+//     resources are released and the record dropped;
+//   - sandboxes recorded as running or paused whose instance still runs are
+//     reattached; those whose instance is gone are released and dropped;
+//   - instances and roots that no record names are released;
+//   - templates in storage that the store lacks are recorded, and records
+//     whose tree is gone are dropped.
+func (m *Manager) reconcile(ctx context.Context) error {
+	if err := m.reconcileTemplates(ctx); err != nil {
+		return err
+	}
+	recs, err := m.cfg.Store.Sandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("loading sandboxes: %w", err)
+	}
+	known := make(map[string]bool, len(recs))
+	for _, sb := range recs {
+		known[sb.ID] = true
+		drv, ok := m.drivers[sb.Runtime]
+		keep := false
+		switch {
+		case !ok:
+			m.log.Warn("sandbox has an unavailable runtime; keeping it as error", "sandbox_id", sb.ID, "runtime", sb.Runtime)
+			sb.State = StateError
+			sb.Error = fmt.Sprintf("runtime %q is not available on this daemon", sb.Runtime)
+			keep = true
+		case sb.State == StateRunning || sb.State == StatePaused || sb.State == StateError:
+			st, err := drv.Status(ctx, sb.ID)
+			switch {
+			case err != nil:
+				return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
+			case st == driver.StatusRunning:
+				sb.State, keep = StateRunning, true
+			case st == driver.StatusPaused:
+				sb.State, keep = StatePaused, true
+			case sb.State == StateError:
+				keep = true
+			}
+		}
+		if !keep {
+			m.log.Info("releasing interrupted or stopped sandbox", "sandbox_id", sb.ID, "state", sb.State.String())
+			if err := m.release(ctx, sb.Runtime, sb.ID); err != nil {
+				return fmt.Errorf("releasing sandbox %s: %w", sb.ID, err)
+			}
+			if err := m.cfg.Store.DeleteSandbox(ctx, sb.ID); err != nil {
+				return fmt.Errorf("forgetting sandbox %s: %w", sb.ID, err)
+			}
+			continue
+		}
+		if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+			return fmt.Errorf("recording sandbox %s: %w", sb.ID, err)
+		}
+		e := &entry{sb: sb}
+		if drv != nil {
+			e.agent = m.newAgent(drv, sb.ID)
+		}
+		m.sandboxes[sb.ID] = e
+	}
+	for name, drv := range m.drivers {
+		ids, err := drv.List(ctx)
+		if err != nil {
+			return fmt.Errorf("listing %s instances: %w", name, err)
+		}
+		for _, id := range ids {
+			if !known[id] {
+				m.log.Info("deleting orphaned instance", "sandbox_id", id, "driver", name)
+				if err := drv.Delete(ctx, id); err != nil {
+					return fmt.Errorf("deleting orphaned instance %s: %w", id, err)
+				}
+			}
+		}
+	}
+	roots, err := m.cfg.Storage.Roots(ctx)
+	if err != nil {
+		return fmt.Errorf("listing roots: %w", err)
+	}
+	for _, id := range roots {
+		if !known[id] {
+			m.log.Info("deleting orphaned root", "sandbox_id", id)
+			if err := m.cfg.Storage.DeleteRoot(ctx, id); err != nil {
+				return fmt.Errorf("deleting orphaned root %s: %w", id, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) reconcileTemplates(ctx context.Context) error {
+	recs, err := m.cfg.Store.Templates(ctx)
+	if err != nil {
+		return fmt.Errorf("loading templates: %w", err)
+	}
+	names, err := m.cfg.Storage.Templates(ctx)
+	if err != nil {
+		return fmt.Errorf("listing templates: %w", err)
+	}
+	onDisk := make(map[string]bool, len(names))
+	for _, n := range names {
+		onDisk[n] = true
+	}
+	for _, t := range recs {
+		if !onDisk[t.Name] {
+			m.log.Warn("template record without a tree; dropping it", "template", t.Name)
+			if err := m.cfg.Store.DeleteTemplate(ctx, t.Name); err != nil {
+				return err
+			}
+			continue
+		}
+		m.templates[t.Name] = t
+	}
+	for _, n := range names {
+		if _, ok := m.templates[n]; !ok {
+			t := Template{Name: n, Source: "unknown", CreatedAt: m.cfg.Now().UTC()}
+			if err := m.cfg.Store.PutTemplate(ctx, t); err != nil {
+				return err
+			}
+			m.templates[n] = t
+		}
+	}
+	return nil
+}
+
+// reapLoop destroys sandboxes whose deadline passed, until Close.
+func (m *Manager) reapLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.reapExpired()
+		}
+	}
+}
+
+// reapExpired deletes every sandbox past its deadline, a few at a time.
+func (m *Manager) reapExpired() {
+	now := m.cfg.Now()
+	var expired []string
+	m.mu.RLock()
+	for id, e := range m.sandboxes {
+		if !e.sb.Deadline.IsZero() && now.After(e.sb.Deadline) && e.sb.State != StateCreating {
+			expired = append(expired, id)
+		}
+	}
+	m.mu.RUnlock()
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for _, id := range expired {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.log.Info("sandbox deadline passed", "sandbox_id", id)
+			if err := m.Delete(context.Background(), id); err != nil {
+				m.log.Error("deleting expired sandbox", "sandbox_id", id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// Spec is what a caller asks for when creating a sandbox. Zero resource
+// fields take the Manager's defaults.
+type Spec struct {
+	Template string
+	// Runtime names a driver ("runc", later "gvisor", "qemu"); empty means
+	// the Manager's default.
+	Runtime     string
+	MilliCPUs   int64
+	MemoryBytes int64
+	Pids        int64
+	DiskBytes   int64
+	// Timeout is the lifetime from creation. Nil takes the default; a
+	// pointer to 0 means no deadline (allowed only when the Manager has no
+	// maximum).
+	Timeout  *time.Duration
+	Env      map[string]string
+	Metadata map[string]string
+}
+
+// Sandbox is the Manager's record of one sandbox, as persisted in the store.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Template    string            `json:"template"`
+	Runtime     string            `json:"runtime"`
+	State       State             `json:"state"`
+	MilliCPUs   int64             `json:"milli_cpus"`
+	MemoryBytes int64             `json:"memory_bytes"`
+	Pids        int64             `json:"pids"`
+	DiskBytes   int64             `json:"disk_bytes,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	// Deadline is when the sandbox is destroyed; zero means never. It
+	// changes only through an explicit SetTimeout.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Error says why a sandbox is in StateError.
+	Error string `json:"error,omitempty"`
+}
+
+// clone returns a deep copy, so callers never share maps with the Manager.
+func (s Sandbox) clone() Sandbox {
+	s.Env = cloneMap(s.Env)
+	s.Metadata = cloneMap(s.Metadata)
+	return s
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Template is the record of one template tree in storage.
+type Template struct {
+	Name      string    `json:"name"`
+	Source    string    `json:"source"` // "import", "debian", "busybox"
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Filter selects sandboxes in List. Zero fields match everything.
+type Filter struct {
+	State    State
+	Metadata map[string]string
+}
+
+func (f Filter) match(s Sandbox) bool {
+	if f.State != 0 && s.State != f.State {
+		return false
+	}
+	for k, v := range f.Metadata {
+		if got, ok := s.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Store persists sandboxes and templates. Put and Delete must be durable
+// when they return: the Manager relies on a sandbox being recorded before it
+// acquires resources for it.
+type Store interface {
+	PutSandbox(ctx context.Context, s Sandbox) error
+	DeleteSandbox(ctx context.Context, id string) error
+	Sandboxes(ctx context.Context) ([]Sandbox, error)
+	PutTemplate(ctx context.Context, t Template) error
+	DeleteTemplate(ctx context.Context, name string) error
+	Templates(ctx context.Context) ([]Template, error)
+}

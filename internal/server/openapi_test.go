@@ -1,0 +1,256 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// openAPIDoc is the part of an OpenAPI 3 document the tests look at.
+type openAPIDoc struct {
+	OpenAPI    string                                `json:"openapi"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Responses map[string]openAPIResponse `json:"responses"`
+		Schemas   map[string]openAPISchema   `json:"schemas"`
+	} `json:"components"`
+}
+
+type openAPIOperation struct {
+	OperationID string                     `json:"operationId"`
+	Responses   map[string]openAPIResponse `json:"responses"`
+}
+
+type openAPIResponse struct {
+	Ref     string `json:"$ref"`
+	Content map[string]struct {
+		Schema struct {
+			Ref string `json:"$ref"`
+		} `json:"schema"`
+	} `json:"content"`
+}
+
+type openAPISchema struct {
+	Properties map[string]json.RawMessage `json:"properties"`
+	Required   []string                   `json:"required"`
+	Enum       []string                   `json:"enum"`
+}
+
+const errorSchemaRef = "#/components/schemas/ErrorBody"
+
+// A path item holds operations keyed by lower-case method, next to fields
+// such as "parameters" that are not operations.
+var openAPIMethods = map[string]string{
+	"get": http.MethodGet, "put": http.MethodPut, "post": http.MethodPost,
+	"delete": http.MethodDelete, "options": http.MethodOptions, "head": http.MethodHead,
+	"patch": http.MethodPatch, "trace": http.MethodTrace,
+}
+
+func parseOpenAPI(t *testing.T) openAPIDoc {
+	t.Helper()
+	var doc openAPIDoc
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json is not valid JSON: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi version = %q, want 3.x", doc.OpenAPI)
+	}
+	return doc
+}
+
+// operations returns the document's operations keyed by "METHOD /path",
+// the form of the patterns in routes().
+func operations(t *testing.T, doc openAPIDoc) map[string]openAPIOperation {
+	t.Helper()
+	ops := map[string]openAPIOperation{}
+	for path, item := range doc.Paths {
+		for key, raw := range item {
+			method, ok := openAPIMethods[key]
+			if !ok {
+				continue
+			}
+			var op openAPIOperation
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			ops[method+" "+path] = op
+		}
+	}
+	return ops
+}
+
+// TestOpenAPIMatchesRoutes fails when a route is added, removed or renamed
+// without updating openapi.json, or the other way round.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	ops := operations(t, parseOpenAPI(t))
+	var documented, served []string
+	for k := range ops {
+		documented = append(documented, k)
+	}
+	for _, r := range (&Server{}).routes() {
+		served = append(served, r.pattern)
+	}
+	slices.Sort(documented)
+	slices.Sort(served)
+	for _, p := range served {
+		if _, ok := slices.BinarySearch(documented, p); !ok {
+			t.Errorf("route %q is not documented in openapi.json", p)
+		}
+	}
+	for _, p := range documented {
+		if _, ok := slices.BinarySearch(served, p); !ok {
+			t.Errorf("openapi.json documents %q, which routes() does not serve", p)
+		}
+	}
+	if len(served) != len(slices.Compact(slices.Clone(served))) {
+		t.Errorf("routes() has duplicate patterns: %q", served)
+	}
+}
+
+func TestOpenAPIOperations(t *testing.T) {
+	doc := parseOpenAPI(t)
+	seenIDs := map[string]string{}
+	for name, op := range operations(t, doc) {
+		t.Run(name, func(t *testing.T) {
+			id := op.OperationID
+			switch {
+			case id == "":
+				t.Error("no operationId")
+			case id[0] < 'a' || id[0] > 'z' || strings.ContainsAny(id, "_- "):
+				t.Errorf("operationId %q is not lowerCamelCase", id)
+			}
+			if other, ok := seenIDs[id]; ok && id != "" {
+				t.Errorf("operationId %q is also used by %s", id, other)
+			}
+			seenIDs[id] = name
+
+			var errStatuses []string
+			for status, resp := range op.Responses {
+				if status[0] != '4' && status[0] != '5' {
+					continue
+				}
+				if resp.Ref != "" {
+					ref, ok := strings.CutPrefix(resp.Ref, "#/components/responses/")
+					if !ok {
+						t.Errorf("response %s: $ref %q is not under #/components/responses/", status, resp.Ref)
+						continue
+					}
+					shared, ok := doc.Components.Responses[ref]
+					if !ok {
+						t.Errorf("response %s: $ref %q does not exist", status, resp.Ref)
+						continue
+					}
+					resp = shared
+				}
+				if got := resp.Content["application/json"].Schema.Ref; got != errorSchemaRef {
+					t.Errorf("response %s: application/json schema is %q, want %q", status, got, errorSchemaRef)
+					continue
+				}
+				errStatuses = append(errStatuses, status)
+			}
+			if len(errStatuses) == 0 {
+				t.Errorf("no 4xx/5xx response with schema %s", errorSchemaRef)
+			}
+		})
+	}
+}
+
+// TestOpenAPISchemasMatchTypes keeps the documented object schemas in step
+// with the Go types the server encodes and decodes: the properties are the
+// JSON field names, and the required ones are those without omitempty.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	doc := parseOpenAPI(t)
+	types := map[string][]any{
+		"ErrorBody":            {wire.ErrorBody{}},
+		"ErrorDetail":          {wire.ErrorDetail{}, errorDetail{}},
+		"VersionInfo":          {VersionInfo{}},
+		"RuntimeInfo":          {sandbox.RuntimeInfo{}},
+		"Capabilities":         {driver.Capabilities{}},
+		"Sandbox":              {SandboxView{}},
+		"CreateSandboxRequest": {CreateRequest{}},
+		"TimeoutRequest":       {TimeoutRequest{}},
+		"Stats":                {driver.Stats{}},
+		"ExecRequest":          {wire.ExecRequest{}},
+		"ExecEvent":            {wire.ExecEvent{}},
+		"FileInfo":             {wire.FileInfo{}},
+		"MkdirRequest":         {wire.MkdirRequest{}},
+		"RenameRequest":        {wire.RenameRequest{}},
+		"Template":             {sandbox.Template{}},
+		"BuildRequest":         {BuildRequest{}},
+		"BuildEvent":           {BuildEvent{}},
+	}
+	// Health is written from a map literal, not a struct.
+	untyped := map[string]bool{"Health": true}
+	for name, s := range doc.Components.Schemas {
+		if s.Properties != nil && types[name] == nil && !untyped[name] {
+			t.Errorf("schema %s has no Go type in this test; add it", name)
+		}
+	}
+	for name, values := range types {
+		s, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("schema %s is missing", name)
+			continue
+		}
+		var props []string
+		for p := range s.Properties {
+			props = append(props, p)
+		}
+		slices.Sort(props)
+		required := slices.Sorted(slices.Values(s.Required))
+		for _, v := range values {
+			fields, wantRequired := jsonFields(reflect.TypeOf(v))
+			if !slices.Equal(props, fields) {
+				t.Errorf("schema %s properties = %q, %T fields = %q", name, props, v, fields)
+			}
+			if !slices.Equal(required, wantRequired) {
+				t.Errorf("schema %s required = %q, want %q (the fields of %T without omitempty)", name, required, wantRequired, v)
+			}
+		}
+	}
+}
+
+// jsonFields returns the sorted JSON names of a struct's fields and, of
+// those, the ones always present in its encoding.
+func jsonFields(typ reflect.Type) (names, always []string) {
+	for f := range typ.Fields() {
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		names = append(names, name)
+		if !strings.Contains(","+opts+",", ",omitempty,") && !strings.Contains(","+opts+",", ",omitzero,") {
+			always = append(always, name)
+		}
+	}
+	slices.Sort(names)
+	slices.Sort(always)
+	return names, always
+}
+
+func TestOpenAPIErrorCodes(t *testing.T) {
+	doc := parseOpenAPI(t)
+	want := []string{
+		errdefs.CodeInvalidArgument, errdefs.CodeNotFound, errdefs.CodeAlreadyExists,
+		errdefs.CodeFailedPrecondition, errdefs.CodeResourceExhausted, errdefs.CodeUnavailable,
+		errdefs.CodeUnauthenticated, errdefs.CodePermissionDenied, errdefs.CodeNotImplemented,
+		errdefs.CodeInternal,
+	}
+	got := slices.Sorted(slices.Values(doc.Components.Schemas["ErrorCode"].Enum))
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ErrorCode enum = %q, want %q", got, want)
+	}
+}

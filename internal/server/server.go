@@ -1,0 +1,540 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// OpenAPI is the API description served at /v1/openapi.json.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// Config wires a Server.
+type Config struct {
+	Manager *sandbox.Manager
+	// Version and Storage are reported by /v1/version.
+	Version string
+	Storage string
+	Logger  *slog.Logger
+}
+
+// Server serves the /v1 API for one Manager.
+type Server struct {
+	m   *sandbox.Manager
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns a Server with every route registered.
+func New(cfg Config) *Server {
+	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range s.routes() {
+		s.mux.HandleFunc(r.pattern, r.handler)
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+// routes lists every endpoint; a test checks it against the OpenAPI file.
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /v1/health", s.health},
+		{"GET /v1/version", s.version},
+		{"GET /v1/openapi.json", s.openapi},
+		{"GET /v1/runtimes", s.runtimes},
+		{"POST /v1/sandboxes", s.createSandbox},
+		{"GET /v1/sandboxes", s.listSandboxes},
+		{"GET /v1/sandboxes/{id}", s.getSandbox},
+		{"DELETE /v1/sandboxes/{id}", s.deleteSandbox},
+		{"POST /v1/sandboxes/{id}/timeout", s.setTimeout},
+		{"GET /v1/sandboxes/{id}/stats", s.stats},
+		{"POST /v1/sandboxes/{id}/exec", s.exec},
+		{"GET /v1/sandboxes/{id}/files", s.readFile},
+		{"PUT /v1/sandboxes/{id}/files", s.writeFile},
+		{"DELETE /v1/sandboxes/{id}/files", s.removeFile},
+		{"GET /v1/sandboxes/{id}/files/stat", s.statFile},
+		{"GET /v1/sandboxes/{id}/files/list", s.listFiles},
+		{"POST /v1/sandboxes/{id}/files/mkdir", s.mkdir},
+		{"POST /v1/sandboxes/{id}/files/rename", s.rename},
+		{"GET /v1/templates", s.listTemplates},
+		{"GET /v1/templates/{name}", s.getTemplate},
+		{"PUT /v1/templates/{name}", s.importTemplate},
+		{"POST /v1/templates/{name}/build", s.buildTemplate},
+		{"DELETE /v1/templates/{name}", s.deleteTemplate},
+	}
+}
+
+// Handler returns the API handler without authentication (for the
+// root-only unix socket).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// AuthHandler returns the API handler requiring apiKey as a bearer token or
+// an X-API-Key header (for TCP listeners). An empty key is refused: the
+// daemon must not expose an unauthenticated TCP API.
+func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
+	if apiKey == "" {
+		return nil, errors.New("an API key is required to serve the API over TCP")
+	}
+	want := []byte(apiKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("X-API-Key")
+		if auth := r.Header.Get("Authorization"); got == "" && strings.HasPrefix(auth, "Bearer ") {
+			got = strings.TrimPrefix(auth, "Bearer ")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			wire.WriteError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	}), nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads a JSON body strictly: unknown fields and trailing data are
+// errors, so a typo in a field name is reported instead of ignored.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 8<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "request body is empty; expected JSON")
+		}
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid JSON body: trailing data")
+	}
+	return nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, VersionInfo{Version: s.cfg.Version, Storage: s.cfg.Storage, Runtimes: s.m.Runtimes()})
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(OpenAPI)
+}
+
+func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.m.Runtimes())
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || req.DiskMB < 0 || (req.Timeout != nil && *req.Timeout < 0) {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb and timeout must not be negative"))
+		return
+	}
+	sb, err := s.m.Create(r.Context(), req.spec())
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, viewOf(sb))
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	var f sandbox.Filter
+	q := r.URL.Query()
+	if st := q.Get("state"); st != "" {
+		state, err := sandbox.ParseState(st)
+		if err != nil {
+			wire.WriteError(w, err)
+			return
+		}
+		f.State = state
+	}
+	for _, kv := range q["metadata"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "metadata filter %q must be KEY=VALUE", kv))
+			return
+		}
+		if f.Metadata == nil {
+			f.Metadata = map[string]string{}
+		}
+		f.Metadata[k] = v
+	}
+	list := s.m.List(f)
+	out := make([]SandboxView, len(list))
+	for i, sb := range list {
+		out[i] = viewOf(sb)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb))
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.Delete(r.Context(), r.PathValue("id")); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req TimeoutRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if req.Timeout == nil {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds) is required"))
+		return
+	}
+	sb, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), time.Duration(*req.Timeout)*time.Second)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb))
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := s.m.Stats(r.Context(), r.PathValue("id"))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// exec streams a process's events as NDJSON. Errors before the process
+// starts are ordinary error responses; later failures become an "error"
+// event, since the status line is already sent.
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req wire.ExecRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if (len(req.Cmd) == 0) == (req.Shell == "") {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "exactly one of cmd and shell must be set"))
+		return
+	}
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	started := false
+	err := s.m.Exec(r.Context(), r.PathValue("id"), req, func(ev wire.ExecEvent) error {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+	if err == nil {
+		return
+	}
+	if !started {
+		wire.WriteError(w, err)
+		return
+	}
+	if r.Context().Err() == nil {
+		_ = enc.Encode(wire.ExecEvent{Type: wire.EventError, Error: &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}})
+		_ = rc.Flush()
+	}
+}
+
+// fileOp is the part of a file handler that runs once the sandbox's agent
+// and the path are known; it returns the JSON answer, or nil when it wrote
+// the response itself.
+type fileOp func(ag *agent.Client, path string) (any, error)
+
+// files resolves the running sandbox's agent and, when needPath is set, the
+// required path query parameter, then runs op and writes its result as JSON
+// (status 200) or its error.
+func (s *Server) files(needPath bool, op fileOp) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Query().Get("path")
+		if needPath && p == "" {
+			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "query parameter path is required"))
+			return
+		}
+		ag, err := s.m.Agent(r.PathValue("id"))
+		if err != nil {
+			wire.WriteError(w, err)
+			return
+		}
+		out, err := op(ag, p)
+		switch {
+		case err != nil:
+			wire.WriteError(w, err)
+		case out != nil:
+			writeJSON(w, http.StatusOK, out)
+		}
+	}
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	s.files(true, func(ag *agent.Client, p string) (any, error) {
+		body, size, err := ag.ReadFile(r.Context(), p)
+		if err != nil {
+			return nil, err
+		}
+		defer body.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if size >= 0 {
+			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.Copy(w, body)
+		return nil, nil
+	})(w, r)
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	mode := os.FileMode(0o644)
+	if m := r.URL.Query().Get("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o7777 {
+			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "mode %q must be octal permission bits like 0644", m))
+			return
+		}
+		mode = fileMode(uint32(v))
+	}
+	s.files(true, func(ag *agent.Client, p string) (any, error) {
+		return ag.WriteFile(r.Context(), p, mode, r.Body)
+	})(w, r)
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+	s.files(true, func(ag *agent.Client, p string) (any, error) {
+		if err := ag.Remove(r.Context(), p, r.URL.Query().Get("recursive") == "true"); err != nil {
+			return nil, err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil, nil
+	})(w, r)
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+	s.files(true, func(ag *agent.Client, p string) (any, error) { return ag.Stat(r.Context(), p) })(w, r)
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	s.files(true, func(ag *agent.Client, p string) (any, error) {
+		list, err := ag.List(r.Context(), p)
+		if list == nil && err == nil {
+			list = []wire.FileInfo{}
+		}
+		return list, err
+	})(w, r)
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	var req wire.MkdirRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	s.files(false, func(ag *agent.Client, _ string) (any, error) { return ag.Mkdir(r.Context(), req) })(w, r)
+}
+
+func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
+	var req wire.RenameRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	s.files(false, func(ag *agent.Client, _ string) (any, error) { return ag.Rename(r.Context(), req.From, req.To) })(w, r)
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.m.Templates())
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.m.Template(r.PathValue("name"))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// importTemplate makes a template from a rootfs tarball in the body.
+func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	t, err := s.m.CreateTemplate(r.Context(), name, "import", func(dir string) error {
+		return template.ExtractTar(r.Context(), r.Body, dir)
+	})
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// buildTemplate builds a template from a recipe and streams its log as
+// NDJSON BuildEvents. Disconnecting cancels the build and removes what it
+// made.
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	var req BuildRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	name := r.PathValue("name")
+	var fill func(ctx context.Context, dir string, progress io.Writer) error
+	switch req.Recipe {
+	case "busybox":
+		fill = func(_ context.Context, dir string, _ io.Writer) error { return template.FillBusybox(dir, "") }
+	case "debian":
+		opts := template.DebianOptions{Mirror: req.Mirror, BuildEssential: req.BuildEssential}
+		fill = func(ctx context.Context, dir string, progress io.Writer) error {
+			return template.BuildDebian(ctx, dir, opts, progress)
+		}
+	default:
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, busybox)", req.Recipe))
+		return
+	}
+	if err := sandbox.ValidateTemplateName(name); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if _, err := s.m.Template(name); err == nil {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	t, err := s.m.CreateTemplate(r.Context(), name, req.Recipe, func(dir string) error {
+		return fill(r.Context(), dir, out)
+	})
+	out.flushLine()
+	if err != nil {
+		out.send(BuildEvent{Type: "error", Error: &errorDetail{Code: errdefs.Code(err), Message: err.Error()}})
+		return
+	}
+	out.send(BuildEvent{Type: "done", Template: &t})
+}
+
+// eventWriter turns a build's log output into "log" events, one per line.
+type eventWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	rc   *http.ResponseController
+	line []byte
+}
+
+func (e *eventWriter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.line = append(e.line, p...)
+	for {
+		i := bytes.IndexByte(e.line, '\n')
+		if i < 0 {
+			break
+		}
+		e.sendLocked(BuildEvent{Type: "log", Text: string(e.line[:i])})
+		e.line = e.line[i+1:]
+	}
+	return len(p), nil
+}
+
+func (e *eventWriter) flushLine() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.line) > 0 {
+		e.sendLocked(BuildEvent{Type: "log", Text: string(e.line)})
+		e.line = nil
+	}
+}
+
+func (e *eventWriter) send(ev BuildEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sendLocked(ev)
+}
+
+func (e *eventWriter) sendLocked(ev BuildEvent) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		panic(fmt.Sprintf("encoding build event: %v", err))
+	}
+	_, _ = e.w.Write(append(b, '\n'))
+	_ = e.rc.Flush()
+}
+
+// fileMode converts Unix permission bits (as in the mode query parameter)
+// to Go's os.FileMode, whose setuid, setgid and sticky bits differ.
+func fileMode(v uint32) os.FileMode {
+	m := os.FileMode(v & 0o777)
+	if v&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if v&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if v&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"math"
+	"time"
+
+	"github.com/corralrun/corral/internal/sandbox"
+)
+
+// SandboxView is a sandbox as the API shows it. Environment values are not
+// shown: they may hold secrets.
+type SandboxView struct {
+	ID        string            `json:"id"`
+	Template  string            `json:"template"`
+	Runtime   string            `json:"runtime"`
+	State     string            `json:"state"`
+	CPUs      float64           `json:"cpus"`
+	MemoryMB  int64             `json:"memory_mb"`
+	Pids      int64             `json:"pids"`
+	DiskMB    int64             `json:"disk_mb,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	Deadline  *time.Time        `json:"deadline,omitempty"`
+	Error     string            `json:"error,omitempty"`
+}
+
+func viewOf(sb sandbox.Sandbox) SandboxView {
+	v := SandboxView{
+		ID:        sb.ID,
+		Template:  sb.Template,
+		Runtime:   sb.Runtime,
+		State:     sb.State.String(),
+		CPUs:      float64(sb.MilliCPUs) / 1000,
+		MemoryMB:  sb.MemoryBytes >> 20,
+		Pids:      sb.Pids,
+		DiskMB:    sb.DiskBytes >> 20,
+		Metadata:  sb.Metadata,
+		CreatedAt: sb.CreatedAt,
+		Error:     sb.Error,
+	}
+	if !sb.Deadline.IsZero() {
+		d := sb.Deadline
+		v.Deadline = &d
+	}
+	return v
+}
+
+// CreateRequest is the body of POST /v1/sandboxes. Omitted resources take
+// the server's defaults. Timeout is in seconds: omitted means the server
+// default, 0 means no deadline (if the server allows it).
+type CreateRequest struct {
+	Template string            `json:"template"`
+	Runtime  string            `json:"runtime,omitempty"`
+	CPUs     float64           `json:"cpus,omitempty"`
+	MemoryMB int64             `json:"memory_mb,omitempty"`
+	Pids     int64             `json:"pids,omitempty"`
+	DiskMB   int64             `json:"disk_mb,omitempty"`
+	Timeout  *int64            `json:"timeout,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func (r CreateRequest) spec() sandbox.Spec {
+	s := sandbox.Spec{
+		Template:    r.Template,
+		Runtime:     r.Runtime,
+		MilliCPUs:   int64(math.Round(r.CPUs * 1000)),
+		MemoryBytes: r.MemoryMB << 20,
+		Pids:        r.Pids,
+		DiskBytes:   r.DiskMB << 20,
+		Env:         r.Env,
+		Metadata:    r.Metadata,
+	}
+	if r.Timeout != nil {
+		d := time.Duration(*r.Timeout) * time.Second
+		s.Timeout = &d
+	}
+	return s
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the new
+// deadline is now + Timeout seconds (0: no deadline, if allowed).
+type TimeoutRequest struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+// BuildRequest is the body of POST /v1/templates/{name}/build.
+type BuildRequest struct {
+	// Recipe is "debian" (debootstrap; a coding-agent userland) or
+	// "busybox" (a 2 MB rootfs, for tests).
+	Recipe         string `json:"recipe"`
+	Mirror         string `json:"mirror,omitempty"`
+	BuildEssential bool   `json:"build_essential,omitempty"`
+}
+
+// BuildEvent is one line of a template build stream.
+type BuildEvent struct {
+	Type     string            `json:"type"` // "log", "done" or "error"
+	Text     string            `json:"text,omitempty"`
+	Template *sandbox.Template `json:"template,omitempty"`
+	Error    *errorDetail      `json:"error,omitempty"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// VersionInfo is the body of GET /v1/version.
+type VersionInfo struct {
+	Version  string                `json:"version"`
+	Storage  string                `json:"storage"`
+	Runtimes []sandbox.RuntimeInfo `json:"runtimes"`
+}

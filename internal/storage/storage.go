@@ -1,0 +1,59 @@
+// Package storage owns template trees and the copy-on-write roots that
+// sandboxes run on.
+//
+// A template is a read-only tree. A sandbox root is a writable copy-on-write
+// view of one template that only that sandbox sees. Backends: btrfs
+// (template = read-only subvolume, root = writable snapshot, disk quota =
+// qgroup limit) and overlayfs (template = plain tree, root = overlay mount,
+// no disk quota). The package does not know about sandboxes' state or
+// drivers; the Manager decides when roots are made and removed.
+package storage
+
+import (
+	"context"
+)
+
+// Backend stores templates and sandbox roots. Implementations are safe for
+// concurrent use for distinct names and IDs.
+type Backend interface {
+	// Name is "btrfs" or "overlay".
+	Name() string
+
+	// CreateTemplate makes a new template: it calls fill with the path of
+	// a fresh empty writable directory, and when fill returns nil, seals
+	// the tree read-only and makes it visible under name. If fill or
+	// sealing fails, nothing is left behind. A name that exists returns an
+	// error wrapping errdefs.ErrAlreadyExists.
+	CreateTemplate(ctx context.Context, name string, fill func(dir string) error) error
+	// DeleteTemplate removes a template. Roots made from it keep working.
+	// Unknown names return an error wrapping errdefs.ErrNotFound.
+	DeleteTemplate(ctx context.Context, name string) error
+	// Templates lists the names of the complete templates.
+	Templates(ctx context.Context) ([]string, error)
+	// TemplatePath is the host path of a template's read-only tree.
+	TemplatePath(name string) string
+
+	// CreateRoot makes a writable copy-on-write root for sandbox id from
+	// template and returns its host path. DiskBytes > 0 asks for a disk
+	// limit; a backend that cannot enforce one returns an error wrapping
+	// errdefs.ErrNotImplemented rather than ignoring it. A failed
+	// CreateRoot leaves nothing behind.
+	CreateRoot(ctx context.Context, id, template string, opts RootOptions) (string, error)
+	// DeleteRoot removes a root and everything under it. Idempotent.
+	DeleteRoot(ctx context.Context, id string) error
+	// Roots lists the IDs of all roots, including half-made ones.
+	Roots(ctx context.Context) ([]string, error)
+	// RootPath is the host path of a root (whether or not it exists).
+	RootPath(id string) string
+
+	// Close releases backend-wide resources (for btrfs on a loop image:
+	// unmounts it and frees the loop device). Roots in use must be
+	// deleted first, or must survive as the backend documents.
+	Close() error
+}
+
+// RootOptions tune one sandbox root.
+type RootOptions struct {
+	// DiskBytes limits the bytes the sandbox can write; 0 is no limit.
+	DiskBytes int64
+}

@@ -1,0 +1,123 @@
+package testutil
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Mounts returns the mount points under dir (from /proc/self/mountinfo).
+func Mounts(t testing.TB, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("reading mountinfo: %v", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+func unescapeMount(s string) string {
+	// mountinfo escapes space, tab, newline and backslash as \ooo.
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// CgroupDirs returns the cgroup directories named name below parent in every
+// mounted cgroup hierarchy (v1 controllers and the v2 unified tree), e.g.
+// CgroupDirs(t, "corral-test-x", "") lists leftovers of a cgroup parent.
+func CgroupDirs(t testing.TB, parent string) []string {
+	t.Helper()
+	var out []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, r := range roots {
+		p := filepath.Join(r, parent)
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				out = append(out, filepath.Join(p, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// LoopDevicesBackedBy returns the loop devices whose backing file is under dir.
+func LoopDevicesBackedBy(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, d := range devs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		bf := strings.TrimSpace(string(b))
+		if bf == dir || strings.HasPrefix(bf, dir+"/") {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(d))))
+		}
+	}
+	return out
+}
+
+// ProcessesWithRoot returns the PIDs of processes whose root directory or
+// executable lies under dir: processes of sandboxes rooted there.
+func ProcessesWithRoot(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		root, err := os.Readlink(filepath.Join("/proc", e.Name(), "root"))
+		if err != nil {
+			continue
+		}
+		if root == dir || strings.HasPrefix(root, dir+"/") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

@@ -1,0 +1,207 @@
+// Package wire holds the JSON shapes that cross Corral's process boundaries:
+// between the daemon and the in-sandbox agent, and between the daemon and its
+// API clients. The agent protocol and the public /v1 exec and file API use the
+// same shapes, so the daemon can pass most of them through unchanged.
+//
+// The public Go SDK (sdk/) declares its own copies of these shapes because it
+// must not import internal packages; a test keeps the two in step.
+package wire
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/corralrun/corral/internal/errdefs"
+)
+
+// ErrorBody is the body of every error response:
+// {"error":{"code":"not_found","message":"sandbox abc not found"}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the code (one of the errdefs codes) and a human message.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ExecRequest starts a process. Exactly one of Cmd (argv) and Shell (a
+// string run with /bin/sh -c) must be set.
+type ExecRequest struct {
+	Cmd   []string          `json:"cmd,omitempty"`
+	Shell string            `json:"shell,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	// User is a user name or a numeric uid[:gid], resolved with the
+	// sandbox's own /etc/passwd and /etc/group. Empty means root.
+	User string `json:"user,omitempty"`
+	// Stdin is written to the process and then its stdin is closed. Nil
+	// means stdin is /dev/null.
+	Stdin []byte `json:"stdin,omitempty"`
+	// TimeoutMS kills the process group after this many milliseconds; 0
+	// means no per-exec timeout (the sandbox deadline still applies).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// Event types of an exec stream, in the order they can occur: one start,
+// any number of stdout/stderr, then exactly one exit or error.
+const (
+	EventStart  = "start"
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// ExecEvent is one line of an exec stream (newline-delimited JSON).
+//
+// Output chunks carry Text when the chunk is valid UTF-8 and Data (base64 in
+// JSON) otherwise, so that curl shows readable output and binary output
+// survives.
+type ExecEvent struct {
+	Type string `json:"type"`
+	PID  int    `json:"pid,omitempty"`
+	Text string `json:"text,omitempty"`
+	Data []byte `json:"data,omitempty"`
+	// Exit fields. ExitCode is the process's exit status, or 128+signal when
+	// a signal ended it (as a shell reports it).
+	ExitCode  *int   `json:"exit_code,omitempty"`
+	Signal    string `json:"signal,omitempty"`
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+	TimedOut  bool   `json:"timed_out,omitempty"`
+	// Error is set on EventError: the stream failed and no exit status is
+	// known.
+	Error *ErrorDetail `json:"error,omitempty"`
+}
+
+// OutputEvent returns a stdout or stderr event for chunk, choosing Text or
+// Data as documented on ExecEvent. The chunk is copied.
+func OutputEvent(typ string, chunk []byte) ExecEvent {
+	if utf8.Valid(chunk) {
+		return ExecEvent{Type: typ, Text: string(chunk)}
+	}
+	return ExecEvent{Type: typ, Data: append([]byte(nil), chunk...)}
+}
+
+// Bytes returns the output carried by an output event.
+func (e ExecEvent) Bytes() []byte {
+	if e.Text != "" {
+		return []byte(e.Text)
+	}
+	return e.Data
+}
+
+// FileInfo describes one file in the sandbox. Path is absolute inside the
+// sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"` // "file", "dir", "symlink" or "other"
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits, e.g. 0644
+	ModTime time.Time `json:"mod_time"`
+	UID     int       `json:"uid"`
+	GID     int       `json:"gid"`
+	// Target is the link target of a symlink.
+	Target string `json:"target,omitempty"`
+}
+
+// File types used in FileInfo.Type.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
+// MkdirRequest creates a directory.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+	Mode    uint32 `json:"mode,omitempty"` // default 0755
+}
+
+// RenameRequest moves From to To inside the sandbox.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Health is the agent's answer to GET /health.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+}
+
+// WriteError writes err as an ErrorBody with the HTTP status that matches
+// its kind.
+func WriteError(w http.ResponseWriter, err error) {
+	code := errdefs.Code(err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(HTTPStatus(code))
+	_ = json.NewEncoder(w).Encode(ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}})
+}
+
+// HTTPStatus maps an error code to its HTTP status.
+func HTTPStatus(code string) int {
+	switch code {
+	case errdefs.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case errdefs.CodeNotFound:
+		return http.StatusNotFound
+	case errdefs.CodeAlreadyExists:
+		return http.StatusConflict
+	case errdefs.CodeFailedPrecondition:
+		return http.StatusConflict
+	case errdefs.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case errdefs.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case errdefs.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case errdefs.CodePermissionDenied:
+		return http.StatusForbidden
+	case errdefs.CodeNotImplemented:
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// DecodeError reads an ErrorBody from an HTTP response and returns it as an
+// errdefs error of the same kind. A body that is not an ErrorBody becomes an
+// error of the kind that matches the status.
+func DecodeError(resp *http.Response) error {
+	var body ErrorBody
+	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<16)).Decode(&body); err != nil || body.Error.Code == "" {
+		return errdefs.FromCode(codeForStatus(resp.StatusCode), "unexpected HTTP status "+resp.Status)
+	}
+	return errdefs.FromCode(body.Error.Code, body.Error.Message)
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return errdefs.CodeInvalidArgument
+	case http.StatusNotFound:
+		return errdefs.CodeNotFound
+	case http.StatusConflict:
+		return errdefs.CodeFailedPrecondition
+	case http.StatusTooManyRequests:
+		return errdefs.CodeResourceExhausted
+	case http.StatusServiceUnavailable:
+		return errdefs.CodeUnavailable
+	case http.StatusUnauthorized:
+		return errdefs.CodeUnauthenticated
+	case http.StatusForbidden:
+		return errdefs.CodePermissionDenied
+	case http.StatusNotImplemented:
+		return errdefs.CodeNotImplemented
+	default:
+		return errdefs.CodeInternal
+	}
+}

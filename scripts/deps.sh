@@ -1,0 +1,38 @@
+#!/bin/sh
+# Installs what Corral needs on Debian 12 (as root): Debian packages, and a
+# Go toolchain from the Go module proxy when the installed one is missing
+# or older than go.mod asks for. Safe to run again.
+set -eu
+cd "$(dirname "$0")/.."
+
+PKGS="runc btrfs-progs debootstrap busybox-static util-linux iproute2 ca-certificates curl unzip tmux"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "corral: installing Debian packages:$missing" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+want=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
+have=$(go env GOVERSION 2>/dev/null | sed 's/^go//' || true)
+newer() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n1)" = "$1" ]; }
+if [ -z "$have" ] || ! newer "$have" "$want"; then
+	# The Go module proxy serves toolchains as the module golang.org/toolchain.
+	dir=/usr/local/lib/corral-go
+	if [ ! -x "$dir/bin/go" ] || ! newer "$("$dir/bin/go" env GOVERSION | sed 's/^go//')" "$want"; then
+		echo "corral: installing Go $want from the Go module proxy" >&2
+		proxy=$(go env GOPROXY 2>/dev/null | cut -d, -f1 || true)
+		[ -n "$proxy" ] && [ "$proxy" != off ] && [ "$proxy" != direct ] || proxy=https://proxy.golang.org
+		tmp=$(mktemp -d)
+		curl -fsSL -o "$tmp/go.zip" "$proxy/golang.org/toolchain/@v/v0.0.1-go$want.linux-amd64.zip"
+		unzip -q "$tmp/go.zip" -d "$tmp"
+		rm -rf "$dir"
+		mv "$tmp/golang.org/toolchain@v0.0.1-go$want.linux-amd64" "$dir"
+		chmod +x "$dir"/bin/* "$dir"/pkg/tool/*/* 2>/dev/null || true
+		rm -rf "$tmp"
+	fi
+	ln -sf "$dir/bin/go" /usr/local/bin/go
+fi

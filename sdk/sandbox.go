@@ -1,0 +1,266 @@
+package corral
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+)
+
+// Sandbox is a sandbox as the daemon reports it.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	Template  string            `json:"template"`
+	Runtime   string            `json:"runtime"`
+	State     string            `json:"state"` // creating, running, paused, error, deleting
+	CPUs      float64           `json:"cpus"`
+	MemoryMB  int64             `json:"memory_mb"`
+	Pids      int64             `json:"pids"`
+	DiskMB    int64             `json:"disk_mb,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	Deadline  *time.Time        `json:"deadline,omitempty"`
+	Error     string            `json:"error,omitempty"`
+}
+
+// CreateOptions describe a new sandbox. Zero values take the daemon's
+// defaults.
+type CreateOptions struct {
+	Template string
+	Runtime  string
+	CPUs     float64
+	MemoryMB int64
+	Pids     int64
+	DiskMB   int64
+	// Timeout is the sandbox's lifetime; nil takes the daemon default and
+	// NoTimeout asks for no deadline.
+	Timeout  *time.Duration
+	Env      map[string]string
+	Metadata map[string]string
+}
+
+// NoTimeout, used as CreateOptions.Timeout or with SetTimeout, asks for a
+// sandbox without a deadline (when the daemon allows it).
+var NoTimeout = new(time.Duration)
+
+// Timeout returns a pointer to d, for CreateOptions.Timeout.
+func Timeout(d time.Duration) *time.Duration { return &d }
+
+type createRequest struct {
+	Template string            `json:"template"`
+	Runtime  string            `json:"runtime,omitempty"`
+	CPUs     float64           `json:"cpus,omitempty"`
+	MemoryMB int64             `json:"memory_mb,omitempty"`
+	Pids     int64             `json:"pids,omitempty"`
+	DiskMB   int64             `json:"disk_mb,omitempty"`
+	Timeout  *int64            `json:"timeout,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// seconds rounds d away from zero to whole seconds, so that a small
+// negative duration stays negative (and is refused) instead of becoming 0,
+// which means "no deadline".
+func seconds(d time.Duration) *int64 {
+	s := int64(d / time.Second)
+	switch r := d % time.Second; {
+	case r > 0:
+		s++
+	case r < 0:
+		s--
+	}
+	return &s
+}
+
+// Create creates a sandbox and returns it once it is running.
+func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	req := createRequest{
+		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
+		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata,
+	}
+	if opts.Timeout != nil {
+		req.Timeout = seconds(*opts.Timeout)
+	}
+	var sb Sandbox
+	if err := c.doJSON(ctx, "POST", "/v1/sandboxes", nil, req, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Get returns one sandbox.
+func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.doJSON(ctx, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListOptions filter List; zero values match everything.
+type ListOptions struct {
+	State    string
+	Metadata map[string]string
+}
+
+// List returns sandboxes, oldest first.
+func (c *Client) List(ctx context.Context, opts ListOptions) ([]Sandbox, error) {
+	q := url.Values{}
+	if opts.State != "" {
+		q.Set("state", opts.State)
+	}
+	for k, v := range opts.Metadata {
+		q.Add("metadata", k+"="+v)
+	}
+	var out []Sandbox
+	if err := c.doJSON(ctx, "GET", "/v1/sandboxes", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Delete destroys a sandbox.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// SetTimeout sets the sandbox's deadline to now + d (NoTimeout's value, 0,
+// removes it where allowed).
+func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) (*Sandbox, error) {
+	var sb Sandbox
+	body := map[string]*int64{"timeout": seconds(d)}
+	if err := c.doJSON(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/timeout", nil, body, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Stats are a sandbox's resource readings.
+type Stats struct {
+	MemoryBytes   int64 `json:"memory_bytes"`
+	CPUUsageNanos int64 `json:"cpu_usage_ns"`
+	Pids          int64 `json:"pids"`
+	OOMKills      int64 `json:"oom_kills"`
+}
+
+// Stats reads a sandbox's resource usage.
+func (c *Client) Stats(ctx context.Context, id string) (*Stats, error) {
+	var st Stats
+	if err := c.doJSON(ctx, "GET", "/v1/sandboxes/"+url.PathEscape(id)+"/stats", nil, nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// ExecOptions describe a process. Exactly one of Cmd and Shell is set.
+type ExecOptions struct {
+	Cmd   []string
+	Shell string // run with /bin/sh -c
+	Env   map[string]string
+	Cwd   string
+	User  string // name or uid[:gid]; default root
+	// Stdin is written to the process, then closed; nil means /dev/null.
+	Stdin []byte
+	// Timeout kills the process after d; 0 means none.
+	Timeout time.Duration
+	// Stdout and Stderr receive output as it arrives; nil discards it.
+	Stdout, Stderr io.Writer
+}
+
+// ExecResult is how a process ended.
+type ExecResult struct {
+	PID int
+	// ExitCode is the exit status, or 128+signal number after a signal.
+	ExitCode  int
+	Signal    string
+	OOMKilled bool
+	TimedOut  bool
+}
+
+type execRequest struct {
+	Cmd       []string          `json:"cmd,omitempty"`
+	Shell     string            `json:"shell,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	User      string            `json:"user,omitempty"`
+	Stdin     []byte            `json:"stdin,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+}
+
+type execEvent struct {
+	Type      string `json:"type"`
+	PID       int    `json:"pid"`
+	Text      string `json:"text"`
+	Data      []byte `json:"data"`
+	ExitCode  *int   `json:"exit_code"`
+	Signal    string `json:"signal"`
+	OOMKilled bool   `json:"oom_killed"`
+	TimedOut  bool   `json:"timed_out"`
+	Error     *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Exec runs a process in a sandbox, streams its output to opts.Stdout and
+// opts.Stderr, and returns how it ended. A process that cannot start is an
+// error (code not_found for a missing executable); a non-zero exit is not.
+func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecResult, error) {
+	req := execRequest{Cmd: opts.Cmd, Shell: opts.Shell, Env: opts.Env, Cwd: opts.Cwd, User: opts.User,
+		Stdin: opts.Stdin, TimeoutMS: opts.Timeout.Milliseconds()}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	res := &ExecResult{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	for sc.Scan() {
+		var ev execEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("decoding exec event: %w", err)
+		}
+		switch ev.Type {
+		case "start":
+			res.PID = ev.PID
+		case "stdout", "stderr":
+			w := opts.Stdout
+			if ev.Type == "stderr" {
+				w = opts.Stderr
+			}
+			if w != nil {
+				data := ev.Data
+				if ev.Text != "" {
+					data = []byte(ev.Text)
+				}
+				if _, err := w.Write(data); err != nil {
+					return nil, fmt.Errorf("writing %s: %w", ev.Type, err)
+				}
+			}
+		case "exit":
+			if ev.ExitCode != nil {
+				res.ExitCode = *ev.ExitCode
+			}
+			res.Signal, res.OOMKilled, res.TimedOut = ev.Signal, ev.OOMKilled, ev.TimedOut
+			return res, nil
+		case "error":
+			if ev.Error != nil {
+				return nil, &Error{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message}
+			}
+			return nil, &Error{Status: 200, Code: CodeInternal, Message: "exec failed"}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading exec stream: %w", err)
+	}
+	return nil, &Error{Code: CodeUnavailable, Message: "exec stream ended without an exit status"}
+}

@@ -1,0 +1,91 @@
+// Package consistency holds tests that keep the repository's promises about
+// itself: the public SDK imports nothing internal, the binary is static, and
+// the SDK's JSON shapes match the server's.
+package consistency
+
+import (
+	"debug/elf"
+	"os/exec"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/server"
+	"github.com/corralrun/corral/internal/testutil"
+	"github.com/corralrun/corral/internal/wire"
+	corral "github.com/corralrun/corral/sdk"
+)
+
+func TestSDKImportsNothingInternal(t *testing.T) {
+	testutil.RequiresBinary(t, "go")
+	out, err := exec.Command("go", "list", "-deps", "github.com/corralrun/corral/sdk").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/corralrun/corral/") && pkg != "github.com/corralrun/corral/sdk" {
+			t.Errorf("sdk depends on %s", pkg)
+		}
+	}
+}
+
+func TestBinaryIsStatic(t *testing.T) {
+	bin := testutil.CorralBinary(t)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("corral has a dynamic loader (PT_INTERP): it must build with CGO_ENABLED=0")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Fatalf("corral links shared libraries %v", libs)
+	}
+}
+
+// jsonFields returns the JSON field names of a struct type.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestSDKShapesMatchServer(t *testing.T) {
+	pairs := []struct {
+		name        string
+		sdk, server any
+	}{
+		{"sandbox", corral.Sandbox{}, server.SandboxView{}},
+		{"file info", corral.FileInfo{}, wire.FileInfo{}},
+		{"template", corral.Template{}, sandbox.Template{}},
+		{"stats", corral.Stats{}, driver.Stats{}},
+		{"version", corral.Version{}, server.VersionInfo{}},
+		{"build options", corral.BuildOptions{}, server.BuildRequest{}},
+	}
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			if diff := cmp.Diff(jsonFields(reflect.TypeOf(p.server)), jsonFields(reflect.TypeOf(p.sdk))); diff != "" {
+				t.Fatalf("JSON fields differ (-server +sdk):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,388 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// TestRunCLI checks the README's promises with the busybox template:
+// output, exit codes and stderr pass through `corral run`.
+func TestRunCLI(t *testing.T) {
+	forEachStorage(t, func(t *testing.T, storage string) {
+		d := startDaemon(t, storage)
+		tests := []struct {
+			name     string
+			args     []string
+			wantOut  string
+			wantErr  string
+			wantCode int
+		}{
+			{"output", []string{"sh", "-c", "echo $((6*7))"}, "42\n", "", 0},
+			{"exit code", []string{"sh", "-c", "exit 7"}, "", "", 7},
+			{"stderr", []string{"sh", "-c", "echo err >&2"}, "", "err\n", 0},
+			{"not found", []string{"no-such-command"}, "", "no-such-command", 127},
+			{"signal", []string{"sh", "-c", "kill -9 $$"}, "", "", 137},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				args := append([]string{"run", "--template", "bb", "--"}, tt.args...)
+				out, errOut, code := d.corral(args...)
+				if code != tt.wantCode {
+					t.Fatalf("exit code %d, want %d (stdout %q, stderr %q)", code, tt.wantCode, out, errOut)
+				}
+				if out != tt.wantOut {
+					t.Errorf("stdout %q, want %q", out, tt.wantOut)
+				}
+				if !strings.Contains(errOut, tt.wantErr) {
+					t.Errorf("stderr %q does not contain %q", errOut, tt.wantErr)
+				}
+			})
+		}
+		// run destroys its sandbox.
+		if list, _ := d.client.List(t.Context(), corral.ListOptions{}); len(list) != 0 {
+			t.Fatalf("corral run left sandboxes behind: %v", list)
+		}
+	})
+}
+
+// TestCLILifecycle covers create, exec, ls, inspect, timeout and rm.
+func TestCLILifecycle(t *testing.T) {
+	d := startDaemon(t, "btrfs")
+	out, errOut, code := d.corral("create", "--template", "bb", "--memory", "128M", "--cpus", "0.5", "--timeout", "10m", "-e", "GREETING=hi", "--metadata", "owner=e2e")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	out, errOut, code = d.corral("exec", id, "--", "sh", "-c", "echo $GREETING; cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")
+	if code != 0 || !strings.HasPrefix(out, "hi\n") {
+		t.Fatalf("exec: code %d out %q err %q", code, out, errOut)
+	}
+	if !strings.Contains(out, fmt.Sprint(128<<20)) {
+		t.Errorf("memory limit not visible in the sandbox's cgroup: %q", out)
+	}
+	out, _, code = d.corral("exec", "-e", "GREETING=override", id, "sh", "-c", "echo $GREETING")
+	if code != 0 || out != "override\n" {
+		t.Fatalf("exec env override: %d %q", code, out)
+	}
+	out, _, _ = d.corral("ls", "--metadata", "owner=e2e", "-q")
+	if strings.TrimSpace(out) != id {
+		t.Fatalf("ls by metadata = %q, want %s", out, id)
+	}
+	out, _, _ = d.corral("ls", "--metadata", "owner=other", "-q")
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("ls by other metadata = %q, want nothing", out)
+	}
+	out, _, code = d.corral("inspect", id)
+	if code != 0 || !strings.Contains(out, `"state": "running"`) || !strings.Contains(out, `"cpus": 0.5`) {
+		t.Fatalf("inspect: %d %s", code, out)
+	}
+	if _, errOut, code = d.corral("timeout", id, "1h"); code != 0 {
+		t.Fatalf("timeout: %d %s", code, errOut)
+	}
+	sb, err := d.client.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(*sb.Deadline); left < 59*time.Minute || left > time.Hour {
+		t.Fatalf("deadline after timeout 1h is %s away", left)
+	}
+	if _, errOut, code = d.corral("rm", id); code != 0 {
+		t.Fatalf("rm: %d %s", code, errOut)
+	}
+	_, errOut, code = d.corral("rm", id)
+	if code == 0 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("second rm: code %d, stderr %q", code, errOut)
+	}
+}
+
+// TestOOMIsReported: a process allocating far past a 64 MiB limit is
+// killed, the exec says so, and another sandbox keeps working.
+func TestOOMIsReported(t *testing.T) {
+	d := startDaemon(t, "btrfs")
+	small := d.create(t, corral.CreateOptions{MemoryMB: 64})
+	neighbour := d.create(t, corral.CreateOptions{})
+	// dd allocates its whole 1 GiB block and fills it from /dev/zero.
+	_, res := d.execOut(t, small.ID, "dd if=/dev/zero of=/dev/null bs=1G count=1")
+	if !res.OOMKilled {
+		t.Fatalf("exec result %+v: want oom_killed", res)
+	}
+	out, res := d.execOut(t, neighbour.ID, "echo alive")
+	if out != "alive\n" || res.ExitCode != 0 {
+		t.Fatalf("neighbour: %q %+v", out, res)
+	}
+	out, res = d.execOut(t, small.ID, "echo still here")
+	if out != "still here\n" || res.ExitCode != 0 {
+		t.Fatalf("OOM sandbox after the kill: %q %+v", out, res)
+	}
+	st, err := d.client.Stats(t.Context(), small.ID)
+	if err != nil || st.OOMKills == 0 {
+		t.Fatalf("stats %+v, %v: want oom kills", st, err)
+	}
+	// The CLI says why.
+	_, errOut, code := d.corral("exec", small.ID, "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=1G", "count=1")
+	if code != 137 || !strings.Contains(errOut, "out of memory") {
+		t.Fatalf("CLI OOM: code %d stderr %q", code, errOut)
+	}
+}
+
+// TestFiles exercises the file API through the SDK.
+func TestFiles(t *testing.T) {
+	d := startDaemon(t, "overlay")
+	sb := d.create(t, corral.CreateOptions{})
+	ctx := t.Context()
+	c := d.client
+	payload := bytes.Repeat([]byte("corral\x00\xff"), 100000)
+	fi, err := c.WriteFile(ctx, sb.ID, "/work/sub/data.bin", bytes.NewReader(payload), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size != int64(len(payload)) || fi.Mode != 0o600 || fi.Type != "file" {
+		t.Fatalf("write info %+v", fi)
+	}
+	r, err := c.ReadFile(ctx, sb.ID, "/work/sub/data.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("read back %d bytes, want %d", len(got), len(payload))
+	}
+	out, _ := d.execOut(t, sb.ID, "wc -c < /work/sub/data.bin")
+	if strings.TrimSpace(out) != fmt.Sprint(len(payload)) {
+		t.Fatalf("size seen inside: %q", out)
+	}
+	if _, err := c.Mkdir(ctx, sb.ID, "/work/a/b", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Rename(ctx, sb.ID, "/work/sub/data.bin", "/work/a/b/moved.bin"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListDir(ctx, sb.ID, "/work/a/b")
+	if err != nil || len(list) != 1 || list[0].Name != "moved.bin" {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if err := c.Remove(ctx, sb.ID, "/work", false); corral.ErrorCode(err) != corral.CodeFailedPrecondition {
+		t.Fatalf("removing a non-empty dir without recursive: %v", err)
+	}
+	if err := c.Remove(ctx, sb.ID, "/work", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(ctx, sb.ID, "/work"); corral.ErrorCode(err) != corral.CodeNotFound {
+		t.Fatalf("stat after remove: %v", err)
+	}
+	if _, err := c.Stat(ctx, sb.ID, "relative/path"); corral.ErrorCode(err) != corral.CodeInvalidArgument {
+		t.Fatalf("relative path: %v", err)
+	}
+}
+
+// TestAPIErrors checks that bad input gets a clear status and code.
+func TestAPIErrors(t *testing.T) {
+	d := startDaemon(t, "overlay")
+	ctx := t.Context()
+	c := d.client
+	cases := []struct {
+		name string
+		err  error
+		code string
+	}{
+		{"unknown template", func() error { _, err := c.Create(ctx, corral.CreateOptions{Template: "nope"}); return err }(), corral.CodeNotFound},
+		{"unknown runtime", func() error {
+			_, err := c.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: "nope"})
+			return err
+		}(), corral.CodeInvalidArgument},
+		{"tiny memory", func() error { _, err := c.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 1}); return err }(), corral.CodeInvalidArgument},
+		{"unknown sandbox", func() error { _, err := c.Get(ctx, "nope"); return err }(), corral.CodeNotFound},
+		{"exec unknown sandbox", func() error { _, err := c.Exec(ctx, "nope", corral.ExecOptions{Cmd: []string{"true"}}); return err }(), corral.CodeNotFound},
+		{"duplicate template", func() error {
+			_, err := c.BuildTemplate(ctx, "bb", corral.BuildOptions{Recipe: "busybox"}, nil)
+			return err
+		}(), corral.CodeAlreadyExists},
+		{"bad template name", func() error {
+			_, err := c.BuildTemplate(ctx, "Bad/Name", corral.BuildOptions{Recipe: "busybox"}, nil)
+			return err
+		}(), corral.CodeInvalidArgument},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := corral.ErrorCode(tt.err); got != tt.code {
+				t.Fatalf("error %v has code %q, want %q", tt.err, got, tt.code)
+			}
+		})
+	}
+	// Raw HTTP: malformed and unknown fields are rejected with a JSON body.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dd net.Dialer
+		return dd.DialContext(ctx, "unix", d.socket)
+	}}}
+	for _, body := range []string{`{`, `{"template":"bb","memroy_mb":5}`, ``} {
+		resp, err := hc.Post("http://corral/v1/sandboxes", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), `"code":"invalid_argument"`) {
+			t.Errorf("body %q: status %d, %s", body, resp.StatusCode, b)
+		}
+	}
+	if list, _ := c.List(ctx, corral.ListOptions{}); len(list) != 0 {
+		t.Fatalf("failed creates left sandboxes: %+v", list)
+	}
+}
+
+// TestDeadline: a sandbox is destroyed when its deadline passes, and
+// reading it does not extend the deadline.
+func TestDeadline(t *testing.T) {
+	d := startDaemon(t, "overlay")
+	sb := d.create(t, corral.CreateOptions{Timeout: corral.Timeout(2 * time.Second)})
+	first := *sb.Deadline
+	for i := 0; i < 3; i++ {
+		got, err := d.client.Get(t.Context(), sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Deadline.Equal(first) {
+			t.Fatalf("deadline moved from %s to %s on read", first, got.Deadline)
+		}
+		d.execOut(t, sb.ID, "true")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := d.client.Get(t.Context(), sb.ID)
+		if corral.ErrorCode(err) == corral.CodeNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox still there 8s after its deadline: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestCrashDuringCreates SIGKILLs the daemon while 10 creates are in
+// flight, restarts it, and checks that each sandbox is either usable or
+// gone, and that nothing leaked.
+func TestCrashDuringCreates(t *testing.T) {
+	forEachStorage(t, func(t *testing.T, storage string) {
+		d := startDaemon(t, storage)
+		// Let some creates finish and catch others halfway.
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_, _ = d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
+			}()
+		}
+		time.Sleep(60 * time.Millisecond)
+		d.kill()
+		wg.Wait()
+		d.start()
+		list, err := d.client.List(t.Context(), corral.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d of 10 sandboxes survived the crash", len(list))
+		for _, sb := range list {
+			if sb.State != "running" {
+				t.Errorf("sandbox %s is %s after restart, want running or gone", sb.ID, sb.State)
+				continue
+			}
+			out, res := d.execOut(t, sb.ID, "echo ok")
+			if out != "ok\n" || res.ExitCode != 0 {
+				t.Errorf("sandbox %s after restart: %q %+v", sb.ID, out, res)
+			}
+		}
+		// Half-made roots and runc containers must be gone already.
+		entries, _ := os.ReadDir(filepath.Join(d.stateDir, "runc", "sandboxes"))
+		if len(entries) != len(list) {
+			t.Errorf("%d driver dirs for %d sandboxes", len(entries), len(list))
+		}
+	})
+}
+
+// TestRestartKeepsSandboxes: a sandbox created before a clean restart is
+// usable after it, with its files.
+func TestRestartKeepsSandboxes(t *testing.T) {
+	d := startDaemon(t, "btrfs")
+	sb := d.create(t, corral.CreateOptions{})
+	d.execOut(t, sb.ID, "echo persisted > /root/note")
+	d.stop()
+	d.start()
+	out, _ := d.execOut(t, sb.ID, "cat /root/note")
+	if out != "persisted\n" {
+		t.Fatalf("after restart: %q", out)
+	}
+}
+
+// TestTCPNeedsKey: the TCP listener refuses requests without the key, and
+// the daemon refuses to listen on TCP without one.
+func TestTCPNeedsKey(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	d := startDaemon(t, "overlay", "--listen", addr, "--api-key", "secret")
+	for _, tt := range []struct {
+		name, header, value string
+		want                int
+	}{
+		{"no key", "", "", 401},
+		{"wrong key", "Authorization", "Bearer nope", 401},
+		{"bearer", "Authorization", "Bearer secret", 200},
+		{"x-api-key", "X-API-Key", "secret", 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/v1/sandboxes", nil)
+			if tt.header != "" {
+				req.Header.Set(tt.header, tt.value)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, b)
+			}
+			if tt.want == 401 && !strings.Contains(string(b), `"unauthenticated"`) {
+				t.Fatalf("401 body: %s", b)
+			}
+		})
+	}
+	// The SDK and CLI use CORRAL_API_KEY.
+	c, err := corral.New("http://"+addr, "secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.List(t.Context(), corral.ListOptions{}); err != nil {
+		t.Fatalf("SDK with key: %v", err)
+	}
+
+	cmd := exec.Command(d.bin, "server", "--state-dir", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "s.sock"), "--listen", "127.0.0.1:0")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "API key") {
+		t.Fatalf("server with --listen and no key: err %v, output %s", err, out)
+	}
+}
