@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -576,13 +575,21 @@ func (m *Manager) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	return m.drivers[sb.Runtime].Stats(ctx, id)
 }
 
-var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
 // ValidateTemplateName reports whether name can name a template: lower-case
 // letters, digits, '.', '_' and '-', starting with a letter or digit, at
 // most 63 characters.
 func ValidateTemplateName(name string) error {
-	if !templateName.MatchString(name) {
+	ok := len(name) > 0 && len(name) <= 63
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			ok = false
+		}
+	}
+	if !ok {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid template name %q: use lower-case letters, digits, '.', '_' and '-'", name)
 	}
 	return nil

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/corralrun/corral/internal/errdefs"
@@ -62,6 +63,19 @@ func TestStateJSONRoundTrip(t *testing.T) {
 		var got State
 		if err := json.Unmarshal(b, &got); err != nil || got != s {
 			t.Fatalf("round trip of %s: got %s, %v", s, got, err)
+		}
+	}
+}
+
+func TestValidateTemplateName(t *testing.T) {
+	for _, name := range []string{"default", "bb", "python-3.12", "a_b", "0", strings.Repeat("x", 63)} {
+		if err := ValidateTemplateName(name); err != nil {
+			t.Errorf("%q refused: %v", name, err)
+		}
+	}
+	for _, name := range []string{"", "-x", ".hidden", "Upper", "a/b", "a b", "python:3", strings.Repeat("x", 64), "ü"} {
+		if err := ValidateTemplateName(name); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%q accepted", name)
 		}
 	}
 }

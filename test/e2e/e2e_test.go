@@ -274,47 +274,95 @@ func TestDeadline(t *testing.T) {
 }
 
 // TestCrashDuringCreates SIGKILLs the daemon while 10 creates are in
-// flight, restarts it, and checks that each sandbox is either usable or
-// gone, and that nothing leaked.
+// flight (right after the k-th one succeeded), restarts it, and checks that
+// each sandbox is either usable or gone, and that nothing leaked.
 func TestCrashDuringCreates(t *testing.T) {
 	forEachStorage(t, func(t *testing.T, storage string) {
-		d := startDaemon(t, storage)
-		// Let some creates finish and catch others halfway.
-		var wg sync.WaitGroup
-		for i := 0; i < 10; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				_, _ = d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
-			}()
-		}
-		time.Sleep(60 * time.Millisecond)
-		d.kill()
-		wg.Wait()
-		d.start()
-		list, err := d.client.List(t.Context(), corral.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%d of 10 sandboxes survived the crash", len(list))
-		for _, sb := range list {
-			if sb.State != "running" {
-				t.Errorf("sandbox %s is %s after restart, want running or gone", sb.ID, sb.State)
-				continue
-			}
-			out, res := d.execOut(t, sb.ID, "echo ok")
-			if out != "ok\n" || res.ExitCode != 0 {
-				t.Errorf("sandbox %s after restart: %q %+v", sb.ID, out, res)
-			}
-		}
-		// Half-made roots and runc containers must be gone already.
-		entries, _ := os.ReadDir(filepath.Join(d.stateDir, "runc", "sandboxes"))
-		if len(entries) != len(list) {
-			t.Errorf("%d driver dirs for %d sandboxes", len(entries), len(list))
+		for _, k := range []int{1, 5} {
+			t.Run(fmt.Sprintf("after %d", k), func(t *testing.T) {
+				crashDuringCreates(t, storage, k)
+			})
 		}
 	})
+}
+
+func crashDuringCreates(t *testing.T, storage string, k int) {
+	d := startDaemon(t, storage)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		succeeded []string
+		killed    = make(chan struct{})
+		once      sync.Once
+	)
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			succeeded = append(succeeded, sb.ID)
+			n := len(succeeded)
+			mu.Unlock()
+			if n == k {
+				once.Do(func() { d.kill(); close(killed) })
+			}
+		}()
+	}
+	select {
+	case <-killed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("creates did not succeed")
+	}
+	wg.Wait()
+	d.start()
+	list, err := d.client.List(t.Context(), corral.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	t.Logf("%d creates answered before the kill; %d of 10 sandboxes exist after restart", len(succeeded), len(list))
+	for _, id := range succeeded {
+		if _, err := d.client.Get(t.Context(), id); err != nil {
+			t.Errorf("sandbox %s was created before the crash but is gone: %v", id, err)
+		}
+	}
+	mu.Unlock()
+	if len(list) == 10 {
+		t.Log("no create was interrupted this time")
+	}
+	for _, sb := range list {
+		if sb.State != "running" {
+			t.Errorf("sandbox %s is %s after restart, want running or gone", sb.ID, sb.State)
+			continue
+		}
+		out, res := d.execOut(t, sb.ID, "echo ok")
+		if out != "ok\n" || res.ExitCode != 0 {
+			t.Errorf("sandbox %s after restart: %q %+v", sb.ID, out, res)
+		}
+	}
+	// Half-made roots and runc containers must be gone already.
+	entries, _ := os.ReadDir(filepath.Join(d.stateDir, "runc", "sandboxes"))
+	if len(entries) != len(list) {
+		t.Errorf("%d driver dirs for %d sandboxes", len(entries), len(list))
+	}
+	roots, _ := os.ReadDir(rootsDir(d))
+	if len(roots) != len(list) {
+		t.Errorf("%d storage roots for %d sandboxes", len(roots), len(list))
+	}
+}
+
+// rootsDir is where the daemon's storage keeps sandbox roots.
+func rootsDir(d *daemon) string {
+	if d.storage == "overlay" {
+		return filepath.Join(d.stateDir, "overlay", "roots")
+	}
+	return filepath.Join(d.stateDir, "storage", "mnt", "roots")
 }
 
 // TestRestartKeepsSandboxes: a sandbox created before a clean restart is

@@ -115,6 +115,10 @@ func OCISpec(s driver.Spec, h Host) *specs.Spec {
 				// A new network namespace holds only loopback, which the
 				// agent brings up; networking is configured by issue 3.
 				{Type: specs.NetworkNamespace},
+				// A cgroup namespace makes the sandbox's own cgroup its
+				// root, so /proc/self/cgroup and the cgroup mount below
+				// show its limits without revealing host cgroup paths.
+				{Type: specs.CgroupNamespace},
 			},
 			CgroupsPath:   path.Join("/", h.CgroupParent, s.ID),
 			Resources:     resources(s.Resources, h),
@@ -132,6 +136,10 @@ func mounts(h Host) []specs.Mount {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		// Programs read their memory and CPU limits here (runtimes size
+		// heaps and worker pools from them). Read-only: limits are the
+		// daemon's to change.
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		{Destination: AgentDest, Type: "bind", Source: h.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	}
 }
