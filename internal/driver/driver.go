@@ -106,3 +106,12 @@ type Pauser interface {
 type Updater interface {
 	Update(ctx context.Context, id string, r Resources) error
 }
+
+// TemplatePreparer adds to a new template tree what the driver needs in
+// every sandbox root, such as empty mount points, so that starting a
+// sandbox writes nothing into its copy-on-write root. It runs once per
+// template, before the tree is sealed read-only, and must not follow
+// symlinks out of dir.
+type TemplatePreparer interface {
+	PrepareTemplate(dir string) error
+}

@@ -202,6 +202,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			m.log.Error("rolling back root", "sandbox_id", sb.ID, "err", err)
 		}
 	})
+	storageDone := time.Now()
 	err = drv.Create(ctx, driver.Spec{
 		ID:       sb.ID,
 		RootFS:   root,
@@ -220,6 +221,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			m.log.Error("rolling back instance", "sandbox_id", sb.ID, "err", err)
 		}
 	})
+	driverDone := time.Now()
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("creating sandbox %s: %w", sb.ID, err))
 	}
@@ -233,7 +235,8 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		return fail(fmt.Errorf("recording sandbox %s: %w", sb.ID, err))
 	}
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
-		"duration_ms", time.Since(start).Milliseconds())
+		"duration_ms", time.Since(start).Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
+		"driver_ms", driverDone.Sub(storageDone).Milliseconds())
 	return sb, nil
 }
 
@@ -608,7 +611,20 @@ func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill 
 	if exists {
 		return Template{}, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name)
 	}
-	if err := m.cfg.Storage.CreateTemplate(ctx, name, fill); err != nil {
+	prepared := func(dir string) error {
+		if err := fill(dir); err != nil {
+			return err
+		}
+		for _, d := range m.drivers {
+			if p, ok := d.(driver.TemplatePreparer); ok {
+				if err := p.PrepareTemplate(dir); err != nil {
+					return fmt.Errorf("preparing template %q for %s: %w", name, d.Name(), err)
+				}
+			}
+		}
+		return nil
+	}
+	if err := m.cfg.Storage.CreateTemplate(ctx, name, prepared); err != nil {
 		return Template{}, fmt.Errorf("creating template %q: %w", name, err)
 	}
 	t := Template{Name: name, Source: source, CreatedAt: m.cfg.Now().UTC()}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -395,6 +396,79 @@ func TestConcurrentCreateDelete(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
+	}
+	h.assertClean(t)
+}
+
+// TestDeadInstanceBecomesErrorAndDeletes: when a sandbox's instance dies
+// under the daemon, the next exec marks it as error with a reason, further
+// calls say so at once, and delete still releases everything.
+func TestDeadInstanceBecomesErrorAndDeletes(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := t.Context()
+	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.drv.Kill(sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	err = h.m.Exec(ctx, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil })
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("exec in a dead sandbox: %v", err)
+	}
+	got, _ := h.m.Get(sb.ID)
+	if got.State != StateError || !strings.Contains(got.Error, "stopped unexpectedly") {
+		t.Fatalf("after the instance died: %+v", got)
+	}
+	err = h.m.Exec(ctx, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil })
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("exec in an errored sandbox: %v", err)
+	}
+	if _, err := h.m.SetTimeout(ctx, sb.ID, time.Minute); err != nil {
+		t.Fatalf("extending an errored sandbox: %v", err)
+	}
+	if err := h.m.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertClean(t)
+}
+
+// TestFailedDeleteCanBeRetried: a delete that fails leaves the sandbox in
+// error state with the reason, and a second delete finishes the job.
+func TestFailedDeleteCanBeRetried(t *testing.T) {
+	boom := errors.New("runtime hiccup")
+	var fail atomic.Bool
+	h := newHarness(t, nil)
+	drv, err := fake.New(fake.Config{Root: t.TempDir(), FailDelete: func(string) error {
+		if fail.Load() {
+			return boom
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m.Close()
+	h.drv = drv
+	h.cfg.Drivers = []driver.Driver{drv}
+	h.start(t)
+	ctx := t.Context()
+	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	if err := h.m.Delete(ctx, sb.ID); !errors.Is(err, boom) {
+		t.Fatalf("delete error %v, want %v", err, boom)
+	}
+	got, _ := h.m.Get(sb.ID)
+	if got.State != StateError || !strings.Contains(got.Error, "runtime hiccup") {
+		t.Fatalf("after a failed delete: %+v", got)
+	}
+	fail.Store(false)
+	if err := h.m.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
 	}
 	h.assertClean(t)
 }

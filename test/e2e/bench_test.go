@@ -77,7 +77,13 @@ func (f *firstOutput) Write(p []byte) (int, error) {
 //
 //	go test -run '^$' -bench ColdStart -benchtime 50x ./test/e2e
 func BenchmarkColdStart(b *testing.B) {
-	d := startDaemon(b, "btrfs")
+	for _, storage := range storages() {
+		b.Run(storage, func(b *testing.B) { benchColdStart(b, storage) })
+	}
+}
+
+func benchColdStart(b *testing.B, storage string) {
+	d := startDaemon(b, storage)
 	bundle := bareBundle(b)
 	ctx := context.Background()
 	var corralSamples, runcSamples []time.Duration

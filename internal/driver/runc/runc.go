@@ -26,9 +26,10 @@ import (
 )
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.Pauser  = (*Driver)(nil)
-	_ driver.Updater = (*Driver)(nil)
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.Pauser           = (*Driver)(nil)
+	_ driver.Updater          = (*Driver)(nil)
+	_ driver.TemplatePreparer = (*Driver)(nil)
 )
 
 // Defaults of Config fields left zero.
