@@ -172,4 +172,3 @@ func bareRuncRun(b testing.TB, bundle string) time.Duration {
 	_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
 	return at
 }
-

@@ -273,4 +273,3 @@ func forEachStorage(t *testing.T, f func(t *testing.T, storage string)) {
 		t.Run(s, func(t *testing.T) { f(t, s) })
 	}
 }
-
