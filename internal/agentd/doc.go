@@ -27,6 +27,35 @@
 //	POST   /files/mkdir  wire.MkdirRequest  -> wire.FileInfo
 //	POST   /files/rename wire.RenameRequest -> wire.FileInfo of the new path
 //
+// Processes that outlive their request (issue 3):
+//
+//	POST   /processes               wire.StartRequest -> 201 wire.ProcessInfo
+//	GET    /processes               -> []wire.ProcessInfo (running and kept exited ones)
+//	GET    /processes/{pid}         -> wire.ProcessInfo
+//	GET    /processes/{pid}/output?from=N&follow=true
+//	                                -> NDJSON wire.ExecEvent: start (pid, dropped),
+//	                                   buffered output from byte N (each chunk with
+//	                                   its offset), then live output while follow,
+//	                                   then exit once the process has ended
+//	POST   /processes/{pid}/stdin   <- raw bytes (may be a long streaming body) -> 204
+//	DELETE /processes/{pid}/stdin   close stdin -> 204
+//	POST   /processes/{pid}/signal  wire.SignalRequest -> 204 (to the process group)
+//	POST   /processes/{pid}/resize  wire.PTYSize -> 204 (PTY processes only)
+//	GET    /processes/{pid}/wait    -> wire.ProcessInfo once it exited (blocks)
+//	DELETE /processes/{pid}         kill the group if running, forget it -> 204
+//
+// Each process keeps the last 1 MiB of its output for re-attach; exited
+// background processes are kept (the newest 256) until removed. Foreground
+// /exec processes appear in GET /processes while they run.
+//
+// Trees and change notification:
+//
+//	GET    /files/archive?path=P    -> tar of P (a file, or a directory's contents)
+//	PUT    /files/archive?path=P    <- tar, extracted into directory P (created);
+//	                                   entries that would land outside P are refused
+//	GET    /files/watch?path=P&recursive=true
+//	                                -> NDJSON wire.WatchEvent until the client leaves
+//
 // Paths must be absolute. Errors are wire.ErrorBody with the matching HTTP
 // status. An exec that cannot start (no such executable, bad cwd or user)
 // fails with an error status before any stream begins. When the client of a

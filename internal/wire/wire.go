@@ -75,6 +75,14 @@ type ExecEvent struct {
 	// Error is set on EventError: the stream failed and no exit status is
 	// known.
 	Error *ErrorDetail `json:"error,omitempty"`
+	// Offset is, on output events of a process stream, the position of
+	// this chunk's first byte in everything the process wrote (stdout and
+	// stderr together); a client that re-attaches with from=Offset+len
+	// misses nothing and sees nothing twice.
+	Offset int64 `json:"offset,omitempty"`
+	// Dropped is, on the start event of a re-attach, how many bytes before
+	// the requested position were no longer buffered.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // OutputEvent returns a stdout or stderr event for chunk, choosing Text or
@@ -205,3 +213,74 @@ func codeForStatus(status int) string {
 		return errdefs.CodeInternal
 	}
 }
+
+// StartRequest starts a process that belongs to the sandbox rather than to
+// the request: it keeps running when the client goes away, its output is
+// kept in a bounded buffer for re-attaching, and its exit status is kept
+// after it ends until the process is removed.
+type StartRequest struct {
+	ExecRequest
+	// PTY, when set, runs the process on a new pseudo-terminal of this
+	// size; its output then arrives as stdout only, and stdin is open.
+	PTY *PTYSize `json:"pty,omitempty"`
+	// OpenStdin keeps the process's stdin open for later writes (after
+	// ExecRequest.Stdin, if any) until it is closed explicitly.
+	OpenStdin bool `json:"open_stdin,omitempty"`
+	// Tag is a free-form label shown in listings.
+	Tag string `json:"tag,omitempty"`
+}
+
+// PTYSize is a terminal size in character cells.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// ProcessInfo describes a process started with StartRequest (or a running
+// foreground exec).
+type ProcessInfo struct {
+	PID        int       `json:"pid"`
+	Cmd        []string  `json:"cmd"`
+	Cwd        string    `json:"cwd,omitempty"`
+	User       string    `json:"user,omitempty"`
+	Tag        string    `json:"tag,omitempty"`
+	PTY        bool      `json:"pty"`
+	Background bool      `json:"background"`
+	Running    bool      `json:"running"`
+	StartedAt  time.Time `json:"started_at"`
+	// Exit fields are set once the process ended (Running false).
+	ExitedAt *time.Time `json:"exited_at,omitempty"`
+	ExitCode *int       `json:"exit_code,omitempty"`
+	Signal   string     `json:"signal,omitempty"`
+	TimedOut bool       `json:"timed_out,omitempty"`
+	// OutputBytes counts all output the process produced so far; the
+	// buffer keeps the last OutputBufferBytes of it.
+	OutputBytes int64 `json:"output_bytes"`
+}
+
+// SignalRequest names a signal: "SIGTERM", "TERM" or a number like "15".
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// WatchEvent is one change under a watched directory.
+type WatchEvent struct {
+	// Type is "create", "write", "remove", "rename" or "chmod"; "overflow"
+	// means events were lost and the client should rescan.
+	Type string `json:"type"`
+	// Path is absolute inside the sandbox.
+	Path string    `json:"path"`
+	Time time.Time `json:"time"`
+	// IsDir is true when the changed entry is a directory.
+	IsDir bool `json:"is_dir,omitempty"`
+}
+
+// Watch event types.
+const (
+	WatchCreate   = "create"
+	WatchWrite    = "write"
+	WatchRemove   = "remove"
+	WatchRename   = "rename"
+	WatchChmod    = "chmod"
+	WatchOverflow = "overflow"
+)
