@@ -1,0 +1,60 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/corralrun/corral/internal/agentconn"
+)
+
+// ServeDialing serves h to a daemon that the agent reaches by dialing the
+// unix socket at path (from inside the sandbox), for runtimes where the
+// agent cannot accept connections from the host (gVisor) or has one
+// stream only (VMs). Over each connection it runs a yamux session in which
+// the daemon opens one stream per request. When the connection breaks (the
+// daemon restarted, the sandbox was restored from a checkpoint), it dials
+// again, backing off up to one second, until ctx ends. connected is called
+// after every successful dial; the first call means the agent is ready.
+func ServeDialing(ctx context.Context, path string, h http.Handler, log *slog.Logger, connected func()) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		sess, err := yamux.Server(c, agentconn.Config())
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if connected != nil {
+			connected()
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		stop := context.AfterFunc(ctx, func() { srv.Close() })
+		err = srv.Serve(sess)
+		stop()
+		sess.Close()
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && !sess.IsClosed() {
+			log.Warn("serving the daemon connection", "error", err)
+		}
+		log.Info("daemon connection closed; dialing again", "socket", path)
+	}
+	return ctx.Err()
+}
