@@ -2,9 +2,11 @@
 // sandboxes run on.
 //
 // A template is a read-only tree. A sandbox root is a writable copy-on-write
-// view of one template that only that sandbox sees. Backends: btrfs
-// (template = read-only subvolume, root = writable snapshot, disk quota =
-// qgroup limit) and overlayfs (template = plain tree, root = overlay mount,
+// view of one template that only that sandbox sees. Both backends make a
+// root an overlayfs mount with the template as its lower layer, so that
+// all roots of a template share its page cache: btrfs (template =
+// read-only subvolume, the root's writes in a subvolume of their own,
+// disk quota = qgroup limit on it) and overlay (template = plain tree,
 // no disk quota). The package does not know about sandboxes' state or
 // drivers; the Manager decides when roots are made and removed.
 package storage

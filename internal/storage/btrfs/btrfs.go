@@ -1,6 +1,36 @@
 // Package btrfs is the preferred storage backend: a template is a
-// read-only btrfs subvolume, a sandbox root is a writable snapshot of it,
-// and a disk limit is a qgroup limit on the root's exclusive bytes.
+// read-only btrfs subvolume, a sandbox root is an overlayfs mount with the
+// template as its lower layer and its upper layer in a subvolume of its
+// own, and a disk limit is a qgroup limit on that subvolume.
+//
+// Why overlay over btrfs rather than a writable snapshot of the template
+// (the layout before): the files of a snapshot are inodes of their own, so
+// every sandbox read its binaries and libraries again from disk and cached
+// its own copy of them. Through overlayfs every root reads the template's
+// own inodes, and N sandboxes share one page cache copy. Measured on the
+// loop image (BenchmarkFirstRead: first read of a 2 MB template file in a
+// fresh root, template cached): 1.2-1.5 ms through the overlay, the same
+// as a cached read of the template itself, against 4.7-6.9 ms through a
+// snapshot. What the sandbox writes still lands in a subvolume, which
+// keeps the qgroup limit exact, and copy-up clones the template's extents
+// instead of copying data, because both layers are on one btrfs
+// filesystem (measured: appending a byte to a 64 MiB template file takes
+// under 0.1 ms and adds 20 KiB of exclusive bytes).
+//
+// Overlayfs reports the layers' real inode numbers when all of them are on
+// one filesystem, but btrfs numbers inodes per subvolume, so a fresh
+// upper subvolume would hand out the numbers the template already uses:
+// two different files in one root would share st_dev and st_ino (the
+// root directory itself and the template's first directory, for one),
+// which breaks cp ("are the same file"), find (loop detection) and hard
+// link detection. So a root's subvolume is a snapshot of the seed, a tiny
+// subvolume holding one empty file whose inode number is above every
+// template's, and new inodes in the root are numbered above it.
+// CreateTemplate raises the seed's floor when a template needs it. The
+// snapshot's transaction commit costs about 1.5 ms at CreateRoot; an
+// empty subvolume is cheaper to create (0.4 ms) but gets committed all
+// the same, when DeleteRoot unmounts the overlay (which syncs the upper
+// filesystem), so create and delete together cost no less.
 //
 // The backend works on a btrfs filesystem: the state directory itself when
 // it is on btrfs, or else a sparse image file under it, mounted through a
@@ -8,11 +38,20 @@
 // through ioctls (no btrfs CLI on any hot path); mkfs.btrfs runs once, when
 // the image is created.
 //
-// Layout under the btrfs tree:
+// Layout under the btrfs tree (Dir, or Dir/mnt for the image):
 //
-//	templates/<name>          read-only subvolume
+//	templates/<name>          read-only subvolume: the lower layer
 //	templates/.tmp-<name>-<x> template being filled; removed at startup
-//	roots/<id>                writable snapshot of a template
+//	templates/.deleted-<sid>  deleted template that roots still use (<sid>: subvolume ID)
+//	seed/floor                empty file numbered above every template inode
+//	roots/<id>                snapshot of seed: the root's subvolume, with the disk limit
+//	roots/<id>/upper, work    overlayfs upper and work dirs
+//	roots/<id>/lower          subvolume ID of the template in use
+//
+// and, outside the btrfs mount so that Close can unmount it while roots
+// are mounted, Dir/merged/<id>: the overlay mount, the root's path. The
+// overlay mount and the keeping of deleted templates are shared with the
+// overlay backend (package ovl).
 //
 // The package does not know about sandboxes, drivers or the store.
 package btrfs
@@ -26,6 +65,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +76,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/internal/fsutil"
+	"github.com/corralrun/corral/internal/storage/internal/ovl"
 )
 
 // DefaultImageSize is the apparent size of a new loop image. The file is
@@ -47,7 +88,9 @@ type Config struct {
 	// Dir is the storage state directory, e.g. <state>/storage. It is
 	// created if missing. When it is on btrfs, templates and roots live
 	// directly in it; otherwise the backend keeps a btrfs filesystem in
-	// the sparse image Dir/btrfs.img, mounted at Dir/mnt.
+	// the sparse image Dir/btrfs.img, mounted at Dir/mnt. Roots are
+	// mounted at Dir/merged/<id>. Dir may not contain ',', ':' or '\',
+	// which overlayfs mount options reserve.
 	Dir string
 	// ImageSize is the size of the loop image when New creates it;
 	// 0 means DefaultImageSize. An existing image keeps its size.
@@ -59,10 +102,16 @@ type Config struct {
 // Backend implements storage.Backend on btrfs. It is safe for concurrent
 // use for distinct template names and root IDs.
 type Backend struct {
-	log  *slog.Logger
-	base string // top of the btrfs tree that holds templates/ and roots/
-	img  string // loop image, or "" when Config.Dir is on btrfs
-	fsid string // filesystem UUID, as named under /sys/fs/btrfs
+	log    *slog.Logger
+	dir    string // Config.Dir, resolved
+	base   string // top of the btrfs tree that holds templates/ and roots/
+	img    string // loop image, or "" when Config.Dir is on btrfs
+	fsid   string // filesystem UUID, as named under /sys/fs/btrfs
+	layers *ovl.Layers
+
+	// seedMu orders raising the seed's floor (writer) against taking
+	// snapshots of the seed (readers).
+	seedMu sync.RWMutex
 
 	quotaMu sync.Mutex
 	quotaOn bool // qgroups known to be enabled
@@ -72,9 +121,10 @@ var _ storage.Backend = (*Backend)(nil)
 
 // New opens the btrfs storage under cfg.Dir, creating and mounting the
 // loop image if needed. If the image is already mounted at Dir/mnt (the
-// daemon restarted), New uses that mount. It removes templates that a
-// crash left half-made. Creating an image costs about 60 ms (mkfs.btrfs);
-// mounting an existing one about 15 ms.
+// daemon restarted), New uses that mount; roots that are still mounted
+// stay as they are. It removes templates that a crash left half-made and
+// deleted templates that no root uses anymore. Creating an image costs
+// about 60 ms (mkfs.btrfs); mounting an existing one about 15 ms.
 func New(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	if cfg.Dir == "" {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "btrfs storage needs a directory")
@@ -90,7 +140,10 @@ func New(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	if dir, err = filepath.EvalSymlinks(dir); err != nil {
 		return nil, fmt.Errorf("resolving storage dir %s: %w", cfg.Dir, err)
 	}
-	b := &Backend{log: cfg.Logger, base: dir}
+	if err := ovl.CheckDir(dir); err != nil {
+		return nil, err
+	}
+	b := &Backend{log: cfg.Logger, dir: dir, base: dir}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -116,7 +169,7 @@ func New(ctx context.Context, cfg Config) (_ *Backend, err error) {
 		}()
 	}
 
-	for _, d := range []string{b.templatesDir(), b.rootsDir()} {
+	for _, d := range []string{b.templatesDir(), b.rootsDir(), b.mergedDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
 		}
@@ -129,7 +182,22 @@ func New(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	if b.fsid, err = fsid(fd); err != nil {
 		return nil, fmt.Errorf("reading filesystem id of %s: %w", b.base, err)
 	}
+	b.layers = ovl.New(ovl.Config{
+		Templates: b.templatesDir(),
+		Roots:     b.rootsDir(),
+		TreeID:    treeID,
+		RemoveTree: func(_ context.Context, path string) error {
+			return deleteSubvol(filepath.Dir(path), filepath.Base(path))
+		},
+		Logger: b.log,
+	})
 	if err := b.removeTempTemplates(); err != nil {
+		return nil, err
+	}
+	if err := b.ensureSeed(); err != nil {
+		return nil, err
+	}
+	if err := b.layers.Collect(ctx); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -171,13 +239,13 @@ func (b *Backend) mount(ctx context.Context, size int64) error {
 // for a state dir on btrfs it does nothing. Templates and roots stay in
 // the image for the next New. It costs a few milliseconds.
 //
-// Sandboxes that still run on roots keep the filesystem alive through
-// their own mounts of it: the unmount here succeeds, but the loop device
-// stays until they exit. Close then returns an error
-// wrapping errdefs.ErrFailedPrecondition after up to five seconds; the sandboxes keep working, the
-// kernel frees the device when the last one exits, and a New before that
-// mounts the same device again. Close is idempotent and must not run
-// concurrently with other methods.
+// Roots that are still mounted (and sandboxes running on them) keep the
+// filesystem alive: the unmount here succeeds, but the loop device stays
+// until they are unmounted. Close then returns an error wrapping
+// errdefs.ErrFailedPrecondition after up to five seconds; the roots keep
+// working, the kernel frees the device when the last one goes, and a New
+// before that mounts the same device again. Close is idempotent and must
+// not run concurrently with other methods.
 func (b *Backend) Close() error {
 	if b.img == "" {
 		return nil
@@ -204,7 +272,7 @@ func (b *Backend) Close() error {
 		}
 		if dev, ok := waitLoopFreed(b.img, 5*time.Second); !ok {
 			return errdefs.Errorf(errdefs.ErrFailedPrecondition,
-				"btrfs image %s is still in use through %s (by running sandboxes?); the kernel frees the device when they exit", b.img, dev)
+				"btrfs image %s is still in use through %s (by mounted roots?); the kernel frees the device when they go", b.img, dev)
 		}
 	}
 	return nil
@@ -215,22 +283,27 @@ func (b *Backend) Name() string { return "btrfs" }
 
 func (b *Backend) templatesDir() string { return filepath.Join(b.base, "templates") }
 func (b *Backend) rootsDir() string     { return filepath.Join(b.base, "roots") }
+func (b *Backend) seedDir() string      { return filepath.Join(b.base, "seed") }
+func (b *Backend) mergedDir() string    { return filepath.Join(b.dir, "merged") }
 
 // TemplatePath returns the path of template name's read-only subvolume.
 func (b *Backend) TemplatePath(name string) string {
 	return filepath.Join(b.templatesDir(), name)
 }
 
-// RootPath returns the path of root id's subvolume.
+// RootPath returns the path of root id's overlay mount, Dir/merged/<id>.
 func (b *Backend) RootPath(id string) string {
-	return filepath.Join(b.rootsDir(), id)
+	return filepath.Join(b.mergedDir(), id)
 }
 
-// CreateTemplate fills a fresh subvolume under a temporary name, marks it
+// CreateTemplate fills a fresh subvolume under a temporary name, raises
+// the seed's floor above the inode numbers fill used, marks the subvolume
 // read-only and renames it to name; on any failure it deletes the
-// subvolume. The cost is fill's plus about a millisecond. Names are checked
-// with the rules of fsutil.CheckName (errors wrap
-// errdefs.ErrInvalidArgument).
+// subvolume. The cost is fill's, plus a walk of the tree (one lstat per
+// file), plus about 20 µs per inode by which the floor rises (the first
+// template of N files pays about N of those, later ones only their excess
+// over the largest template so far). Names are checked with the rules of
+// fsutil.CheckName (errors wrap errdefs.ErrInvalidArgument).
 func (b *Backend) CreateTemplate(ctx context.Context, name string, fill func(dir string) error) (err error) {
 	if err := fsutil.CheckName("template name", name); err != nil {
 		return err
@@ -263,48 +336,43 @@ func (b *Backend) CreateTemplate(ctx context.Context, name string, fill func(dir
 	if err := fill(filepath.Join(dir, tmp)); err != nil {
 		return fmt.Errorf("filling template %s: %w", name, err)
 	}
+	if err := b.raiseFloor(filepath.Join(dir, tmp)); err != nil {
+		return fmt.Errorf("sealing template %s: %w", name, err)
+	}
 	if err := setReadOnly(filepath.Join(dir, tmp), true); err != nil {
 		return fmt.Errorf("sealing template %s: %w", name, err)
 	}
-	// RENAME_NOREPLACE makes a concurrent CreateTemplate of the same name
-	// lose cleanly instead of replacing the winner.
-	if err := unix.Renameat2(dirFd, tmp, dirFd, name, unix.RENAME_NOREPLACE); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return errdefs.Errorf(errdefs.ErrAlreadyExists, "template %s already exists", name)
-		}
-		return fmt.Errorf("publishing template %s: %w", name, err)
-	}
-	return nil
+	return b.layers.Publish(ctx, filepath.Join(dir, tmp), name, nil)
 }
 
-// DeleteTemplate deletes template name's subvolume. Roots snapshotted from
-// it are independent subvolumes and keep working. The kernel frees the
-// space in the background.
+// DeleteTemplate removes template name. If no root uses it, its subvolume
+// is deleted now (the kernel frees the space in the background);
+// otherwise it is renamed out of sight and deleted with the last root
+// that uses it, since overlayfs must not lose a lower layer under a
+// mounted root. Unknown names return an error wrapping errdefs.ErrNotFound.
 func (b *Backend) DeleteTemplate(ctx context.Context, name string) error {
 	if err := fsutil.CheckName("template name", name); err != nil {
 		return err
 	}
-	if _, err := os.Lstat(b.TemplatePath(name)); errors.Is(err, fs.ErrNotExist) {
-		return errdefs.Errorf(errdefs.ErrNotFound, "template %s not found", name)
-	}
-	if err := deleteSubvol(b.templatesDir(), name); err != nil {
-		return fmt.Errorf("deleting template %s: %w", name, err)
-	}
-	return nil
+	return b.layers.DeleteTemplate(ctx, name, nil)
 }
 
 // Templates lists the complete templates, sorted. It reads one directory.
 func (b *Backend) Templates(ctx context.Context) ([]string, error) {
-	return fsutil.ListNames(b.templatesDir())
+	return b.layers.Templates()
 }
 
-// CreateRoot snapshots template into roots/<id>: one ioctl, 2.5-7 ms
-// measured on the loop image, nearly all of it the transaction commit that
-// a snapshot implies. With opts.DiskBytes > 0 it
-// enables quotas on the filesystem the first time (which costs a rescan),
-// and limits the root's exclusive bytes, so that writes beyond the limit
-// fail with EDQUOT. Subvolumes the sandbox creates inside the root escape
-// the limit; see SubvolumeIoctls. Unknown templates return an error wrapping
+// CreateRoot snapshots the seed into roots/<id>, makes the upper and work
+// dirs in it and mounts the overlay of template at Dir/merged/<id>. It
+// costs the snapshot's transaction commit plus the mount: about 2 ms
+// measured on the loop image, 3 ms with a disk limit. With
+// opts.DiskBytes > 0 it enables quotas on the filesystem the first time
+// (which costs a rescan) and limits the exclusive bytes of roots/<id>, so
+// that the sandbox's writes beyond the limit fail with EDQUOT. Extents
+// that copy-up clones from the template are shared, not exclusive, so
+// changing a template file counts only the changed bytes. The sandbox sees
+// overlayfs, which rejects btrfs ioctls, so it cannot make subvolumes that
+// would escape the limit. Unknown templates return an error wrapping
 // errdefs.ErrNotFound, an existing id one wrapping ErrAlreadyExists.
 func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts storage.RootOptions) (_ string, err error) {
 	if err := fsutil.CheckName("root id", id); err != nil {
@@ -316,66 +384,75 @@ func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts stor
 	if opts.DiskBytes < 0 {
 		return "", errdefs.Errorf(errdefs.ErrInvalidArgument, "negative disk limit %d for root %s", opts.DiskBytes, id)
 	}
-	srcFd, err := openDir(b.TemplatePath(template))
-	if errors.Is(err, unix.ENOENT) {
+	// Checked again, under the layers' lock, when mounting; this only
+	// spares a snapshot for a name that is plainly wrong.
+	if _, err := os.Lstat(b.TemplatePath(template)); errors.Is(err, fs.ErrNotExist) {
 		return "", errdefs.Errorf(errdefs.ErrNotFound, "template %s not found", template)
 	}
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(srcFd)
 	if opts.DiskBytes > 0 {
 		if err := b.ensureQuota(); err != nil {
 			return "", fmt.Errorf("enabling disk quotas for %s: %w", id, err)
 		}
 	}
-	rootsFd, err := openDir(b.rootsDir())
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(rootsFd)
-
-	if err := snapshot(srcFd, rootsFd, id, 0); err != nil {
+	if err := b.snapshotSeed(id); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return "", errdefs.Errorf(errdefs.ErrAlreadyExists, "root %s already exists", id)
 		}
-		return "", fmt.Errorf("creating snapshot of %s for %s: %w", template, id, err)
+		return "", fmt.Errorf("creating subvolume for root %s: %w", id, err)
 	}
-	path := b.RootPath(id)
-	if opts.DiskBytes > 0 {
-		defer func() {
-			if err != nil {
-				if derr := b.DeleteRoot(ctx, id); derr != nil {
-					err = errors.Join(err, derr)
-				}
+	defer func() {
+		if err != nil {
+			if derr := b.DeleteRoot(ctx, id); derr != nil {
+				err = errors.Join(err, derr)
 			}
-		}()
-		if err := limitRoot(path, uint64(opts.DiskBytes)); err != nil {
+		}
+	}()
+	if opts.DiskBytes > 0 {
+		if err := limitRoot(filepath.Join(b.rootsDir(), id), uint64(opts.DiskBytes)); err != nil {
 			return "", fmt.Errorf("limiting disk of %s to %d bytes: %w", id, opts.DiskBytes, err)
 		}
 	}
-	return path, nil
+	merged := b.RootPath(id)
+	if err := os.Mkdir(merged, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("creating root %s: %w", id, err)
+	}
+	if err := b.layers.Mount(id, template, merged); err != nil {
+		return "", err
+	}
+	return merged, nil
 }
 
-// DeleteRoot deletes root id's subvolume, including any subvolumes a
-// sandbox created inside it (found by walking the tree, which only happens
-// when the plain delete reports them). A missing root is not an error.
-// The kernel unlinks the subvolume at once (about 0.2 ms measured) and
-// frees its extents in the background.
+// DeleteRoot unmounts root id (retrying for a second while busy, then
+// detaching lazily), removes its mount point and deletes its subvolume,
+// including any subvolumes nested in it (found by walking the tree, which
+// only happens when the plain delete reports them). A root whose mount is
+// already gone (host reboot, crash during create) is deleted just the
+// same; a missing root is not an error. Unmounting an overlay syncs its
+// upper filesystem, which on btrfs is a transaction commit (about 2 ms
+// measured); the kernel unlinks the subvolume at once and frees its
+// extents in the background.
 //
 // When quotas are on, the root's qgroup is removed too. The kernel only
 // allows that once its cleaner has dropped the subvolume, so DeleteRoot
 // then commits the filesystem (BTRFS_IOC_SYNC, which wakes the cleaner)
-// and retries for up to two seconds; this makes DeleteRoot cost a
-// transaction commit (about 14 ms measured on an idle filesystem, more
-// while sandboxes write). A qgroup that still cannot be removed is logged and
-// left for the kernel, which drops the qgroups of dropped subvolumes
-// itself (since Linux 6.10 or so).
+// and retries for up to two seconds: about 12 ms measured on an idle
+// filesystem, more while sandboxes write. A qgroup that still cannot be
+// removed is logged and left for the kernel, which drops the qgroups of
+// dropped subvolumes itself (since Linux 6.10 or so).
 func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 	if err := fsutil.CheckName("root id", id); err != nil {
 		return err
 	}
-	path := b.RootPath(id)
+	merged := b.RootPath(id)
+	if err := ovl.Unmount(ctx, merged); err != nil {
+		return fmt.Errorf("deleting root %s: %w", id, err)
+	}
+	// No longer a mount point, so nothing below it is the root's: at most
+	// strays written into the bare mount point.
+	if err := os.RemoveAll(merged); err != nil {
+		return fmt.Errorf("deleting root %s: %w", id, err)
+	}
+	path := filepath.Join(b.rootsDir(), id)
 	var qgroup uint64
 	if b.quotasEnabled() {
 		if fd, err := openDir(path); err == nil {
@@ -389,12 +466,160 @@ func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 	if qgroup != 0 {
 		b.removeQgroup(ctx, qgroup)
 	}
-	return nil
+	return b.layers.Collect(ctx)
 }
 
 // Roots lists the roots, sorted. It reads one directory.
 func (b *Backend) Roots(ctx context.Context) ([]string, error) {
 	return fsutil.ListNames(b.rootsDir())
+}
+
+// ensureSeed creates the seed when it is missing: on the first New, or the
+// first after an upgrade from the snapshot layout, when templates may
+// already exist. It builds the seed under a temporary name and renames it
+// into place, so a crash cannot leave a seed whose floor is too low.
+func (b *Backend) ensureSeed() error {
+	if _, err := os.Lstat(b.seedDir()); err == nil {
+		return nil
+	}
+	const tmp = ".seed-new"
+	if err := deleteSubvol(b.base, tmp); err != nil {
+		return fmt.Errorf("removing unfinished seed: %w", err)
+	}
+	fd, err := openDir(b.base)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := subvolCreate(fd, tmp); err != nil {
+		return fmt.Errorf("creating seed: %w", err)
+	}
+	templates, err := os.ReadDir(b.templatesDir())
+	if err != nil {
+		return fmt.Errorf("listing templates: %w", err)
+	}
+	var floor uint64
+	for _, t := range templates {
+		n, err := maxIno(filepath.Join(b.templatesDir(), t.Name()))
+		if err != nil {
+			return err
+		}
+		floor = max(floor, n)
+	}
+	if err := raiseFloor(filepath.Join(b.base, tmp), floor); err != nil {
+		return err
+	}
+	if err := os.Rename(filepath.Join(b.base, tmp), b.seedDir()); err != nil {
+		return fmt.Errorf("creating seed: %w", err)
+	}
+	return nil
+}
+
+// raiseFloor makes the seed's floor exceed the inode numbers in the
+// template tree at dir.
+func (b *Backend) raiseFloor(dir string) error {
+	n, err := maxIno(dir)
+	if err != nil {
+		return err
+	}
+	b.seedMu.Lock()
+	defer b.seedMu.Unlock()
+	return raiseFloor(b.seedDir(), n)
+}
+
+// snapshotSeed creates roots/<id> as a snapshot of the seed.
+func (b *Backend) snapshotSeed(id string) error {
+	seedFd, err := openDir(b.seedDir())
+	if err != nil {
+		return err
+	}
+	defer unix.Close(seedFd)
+	rootsFd, err := openDir(b.rootsDir())
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rootsFd)
+	b.seedMu.RLock()
+	defer b.seedMu.RUnlock()
+	return snapshot(seedFd, rootsFd, id, 0)
+}
+
+// raiseFloor makes sure that seed/floor has an inode number above n. btrfs
+// numbers a subvolume's new inodes from one past the largest number in
+// it (counted again at every mount), so a snapshot of the seed numbers
+// its inodes above the floor. The only way to move the counter is to use
+// numbers up: it takes unnamed files (O_TMPFILE, freed on close) until the
+// counter passes n, about 20 µs each, then links a new floor in.
+func raiseFloor(seed string, n uint64) error {
+	floor := filepath.Join(seed, "floor")
+	var st unix.Stat_t
+	if err := unix.Lstat(floor, &st); err == nil && st.Ino > n {
+		return nil
+	}
+	for st.Ino < n {
+		fd, err := unix.Open(seed, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("raising inode floor of %s: %w", seed, err)
+		}
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("raising inode floor of %s: %w", seed, err)
+		}
+	}
+	next := floor + ".new"
+	if err := os.Remove(next); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("raising inode floor of %s: %w", seed, err)
+	}
+	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("raising inode floor of %s: %w", seed, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("raising inode floor of %s: %w", seed, err)
+	}
+	if err := os.Rename(next, floor); err != nil {
+		return fmt.Errorf("raising inode floor of %s: %w", seed, err)
+	}
+	return nil
+}
+
+// maxIno returns the largest inode number in the tree at dir.
+func maxIno(dir string) (uint64, error) {
+	var n uint64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if sys, ok := info.Sys().(*syscall.Stat_t); ok {
+			n = max(n, sys.Ino)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading inode numbers of %s: %w", dir, err)
+	}
+	return n, nil
+}
+
+// treeID names a template tree by its subvolume ID: every subvolume's root
+// directory has inode number 256, so the overlay backend's inode numbers
+// would not tell templates apart.
+func treeID(path string) (string, error) {
+	fd, err := openDir(path)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	id, err := subvolID(fd)
+	if err != nil {
+		return "", fmt.Errorf("looking up subvolume id of %s: %w", path, err)
+	}
+	return strconv.FormatUint(id, 10), nil
 }
 
 // removeTempTemplates deletes the templates that a crash left unfinished.

@@ -15,7 +15,8 @@
 //
 // Overlayfs forbids changing a lower layer under a mounted overlay, so
 // DeleteTemplate only renames a template that roots still use, and its
-// tree is removed when the last such root is deleted.
+// tree is removed when the last such root is deleted. The overlay mount
+// and this bookkeeping are shared with the btrfs backend (package ovl).
 //
 // The package does not know about sandboxes, drivers or the store.
 package overlay
@@ -30,7 +31,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,9 +38,8 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/internal/fsutil"
+	"github.com/corralrun/corral/internal/storage/internal/ovl"
 )
-
-const deletedPrefix = ".deleted-"
 
 // Config configures New.
 type Config struct {
@@ -56,13 +55,9 @@ type Config struct {
 // Backend implements storage.Backend with overlayfs. It is safe for
 // concurrent use for distinct template names and root IDs.
 type Backend struct {
-	log *slog.Logger
-	dir string
-
-	// mu orders template publication and removal (writers) against
-	// CreateRoot's use of a template (readers): a template tree is never
-	// removed while a root is being mounted on it.
-	mu sync.RWMutex
+	log    *slog.Logger
+	dir    string
+	layers *ovl.Layers
 }
 
 var _ storage.Backend = (*Backend)(nil)
@@ -80,13 +75,20 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolving storage dir %s: %w", cfg.Dir, err)
 	}
-	if strings.ContainsAny(dir, `,:\`) {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "overlay storage dir %q contains one of , : \\", dir)
+	if err := ovl.CheckDir(dir); err != nil {
+		return nil, err
 	}
 	b := &Backend{log: cfg.Logger, dir: dir}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
+	b.layers = ovl.New(ovl.Config{
+		Templates:  b.templatesDir(),
+		Roots:      b.rootsDir(),
+		TreeID:     inode,
+		RemoveTree: func(ctx context.Context, path string) error { return removeTree(ctx, path, path) },
+		Logger:     b.log,
+	})
 	for _, d := range []string{b.templatesDir(), b.rootsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
@@ -110,9 +112,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			}
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.collectLocked(ctx); err != nil {
+	if err := b.layers.Collect(ctx); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -182,22 +182,7 @@ func (b *Backend) CreateTemplate(ctx context.Context, name string, fill func(dir
 	if err := fill(tmp); err != nil {
 		return fmt.Errorf("filling template %s: %w", name, err)
 	}
-
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// RENAME_NOREPLACE makes a concurrent CreateTemplate of the same name
-	// lose cleanly instead of replacing the winner.
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return errdefs.Errorf(errdefs.ErrAlreadyExists, "template %s already exists", name)
-		}
-		return fmt.Errorf("publishing template %s: %w", name, err)
-	}
-	if err := seal(final); err != nil {
-		// No root can have used the template: we hold mu.
-		return errors.Join(fmt.Errorf("sealing template %s: %w", name, err), removeTree(ctx, final, final))
-	}
-	return nil
+	return b.layers.Publish(ctx, tmp, name, seal)
 }
 
 // DeleteTemplate removes template name. If no root uses it, its tree is
@@ -208,30 +193,12 @@ func (b *Backend) DeleteTemplate(ctx context.Context, name string) error {
 	if err := fsutil.CheckName("template name", name); err != nil {
 		return err
 	}
-	path := b.TemplatePath(name)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ino, err := inode(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return errdefs.Errorf(errdefs.ErrNotFound, "template %s not found", name)
-	}
-	if err != nil {
-		return fmt.Errorf("deleting template %s: %w", name, err)
-	}
-	if err := fsutil.Unmount(ctx, path); err != nil {
-		return fmt.Errorf("deleting template %s: %w", name, err)
-	}
-	if err := os.Rename(path, filepath.Join(b.templatesDir(), deletedPrefix+ino)); err != nil {
-		return fmt.Errorf("deleting template %s: %w", name, err)
-	}
-	return b.collectLocked(ctx)
+	return b.layers.DeleteTemplate(ctx, name, func(path string) error { return fsutil.Unmount(ctx, path) })
 }
 
 // Templates lists the complete templates, sorted. It reads one directory.
 func (b *Backend) Templates(ctx context.Context) ([]string, error) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return fsutil.ListNames(b.templatesDir())
+	return b.layers.Templates()
 }
 
 // CreateRoot mounts an overlay with template as its lower layer at
@@ -266,40 +233,12 @@ func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts stor
 			}
 		}
 	}()
-	upper, work, merged := filepath.Join(root, "upper"), filepath.Join(root, "work"), filepath.Join(root, "merged")
-	for _, d := range []string{upper, work, merged} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", fmt.Errorf("creating root %s: %w", id, err)
-		}
-	}
-
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	lower := b.TemplatePath(template)
-	var st unix.Stat_t
-	if err := unix.Stat(lower, &st); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return "", errdefs.Errorf(errdefs.ErrNotFound, "template %s not found", template)
-		}
+	merged := b.RootPath(id)
+	if err := os.Mkdir(merged, 0o755); err != nil {
 		return "", fmt.Errorf("creating root %s: %w", id, err)
 	}
-	// The overlay's root directory takes its owner and mode from the upper
-	// dir, so give upper those of the template's root.
-	if err := os.Chown(upper, int(st.Uid), int(st.Gid)); err != nil {
-		return "", fmt.Errorf("creating root %s: %w", id, err)
-	}
-	if err := unix.Chmod(upper, st.Mode&07777); err != nil {
-		return "", fmt.Errorf("creating root %s: %w", id, err)
-	}
-	// Record the tree in use before mounting, so that a DeleteTemplate
-	// after this point keeps the tree for us.
-	ino := strconv.FormatUint(st.Ino, 10)
-	if err := os.WriteFile(filepath.Join(root, "lower"), []byte(ino+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("creating root %s: %w", id, err)
-	}
-	opt := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
-	if err := unix.Mount("overlay", merged, "overlay", 0, opt); err != nil {
-		return "", fmt.Errorf("mounting overlay of %s for %s: %w", template, id, err)
+	if err := b.layers.Mount(id, template, merged); err != nil {
+		return "", err
 	}
 	return merged, nil
 }
@@ -320,12 +259,7 @@ func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 	if err := b.removeRoot(ctx, root); err != nil {
 		return fmt.Errorf("deleting root %s: %w", id, err)
 	}
-	if b.hasDeletedTemplates() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.collectLocked(ctx)
-	}
-	return nil
+	return b.layers.Collect(ctx)
 }
 
 // Roots lists the roots, half-made ones included, sorted.
@@ -335,56 +269,6 @@ func (b *Backend) Roots(ctx context.Context) ([]string, error) {
 
 func (b *Backend) removeRoot(ctx context.Context, root string) error {
 	return removeTree(ctx, root, filepath.Join(root, "merged"))
-}
-
-func (b *Backend) hasDeletedTemplates() bool {
-	entries, _ := os.ReadDir(b.templatesDir())
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), deletedPrefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// collectLocked removes the deleted templates that no root uses. The
-// caller holds mu for writing.
-func (b *Backend) collectLocked(ctx context.Context) error {
-	entries, err := os.ReadDir(b.templatesDir())
-	if err != nil {
-		return fmt.Errorf("listing templates: %w", err)
-	}
-	var deleted []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), deletedPrefix) {
-			deleted = append(deleted, e.Name())
-		}
-	}
-	if len(deleted) == 0 {
-		return nil
-	}
-	inUse := map[string]bool{}
-	roots, err := os.ReadDir(b.rootsDir())
-	if err != nil {
-		return fmt.Errorf("listing roots: %w", err)
-	}
-	for _, r := range roots {
-		ino, err := os.ReadFile(filepath.Join(b.rootsDir(), r.Name(), "lower"))
-		if err == nil {
-			inUse[strings.TrimSpace(string(ino))] = true
-		}
-	}
-	for _, name := range deleted {
-		if inUse[strings.TrimPrefix(name, deletedPrefix)] {
-			continue
-		}
-		path := filepath.Join(b.templatesDir(), name)
-		if err := removeTree(ctx, path, path); err != nil {
-			return fmt.Errorf("removing deleted template: %w", err)
-		}
-		b.log.Debug("removed deleted template", "path", path)
-	}
-	return nil
 }
 
 // seal makes the tree at path read-only by bind-mounting it onto itself
@@ -408,11 +292,8 @@ func seal(path string) error {
 // mountPoint itself or contains it. It refuses to remove through a mount
 // that is still there, which would delete files of the mounted layers.
 func removeTree(ctx context.Context, dir, mountPoint string) error {
-	if err := fsutil.Unmount(ctx, mountPoint); err != nil {
+	if err := ovl.Unmount(ctx, mountPoint); err != nil {
 		return err
-	}
-	if mounted, err := fsutil.IsMountPoint(mountPoint); err != nil || mounted {
-		return errors.Join(err, fmt.Errorf("%s is still mounted", mountPoint))
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing %s: %w", dir, err)

@@ -30,12 +30,19 @@ func newTestBackend(t testing.TB) (*Backend, string) {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	dir := t.TempDir()
+	return openTestBackend(t, dir), dir
+}
+
+// openTestBackend opens a backend on dir and registers its Close and
+// leak check like newTestBackend.
+func openTestBackend(t testing.TB, dir string) *Backend {
+	t.Helper()
 	b, err := New(t.Context(), Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { closeAndCheck(t, b, dir) })
-	return b, dir
+	return b
 }
 
 func closeAndCheck(t testing.TB, b *Backend, dir string) {
@@ -58,6 +65,8 @@ func TestConformance(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Backend {
 		b, _ := newTestBackend(t)
 		return b
+	}, func(t *testing.T, old storage.Backend) storage.Backend {
+		return openTestBackend(t, old.(*Backend).dir)
 	})
 }
 
@@ -136,49 +145,6 @@ func TestRestart(t *testing.T) {
 	if rs, _ := b2.Roots(t.Context()); len(rs) != 0 {
 		t.Errorf("Roots = %v, want none", rs)
 	}
-}
-
-// A deleted template's tree lives on while a root uses it and goes with
-// the last such root, including across a restart.
-func TestDeletedTemplateCollected(t *testing.T) {
-	b, dir := newTestBackend(t)
-	must(t, b.CreateTemplate(t.Context(), "base", writeFile("f", "1")))
-	for _, id := range []string{"r1", "r2"} {
-		if _, err := b.CreateRoot(t.Context(), id, "base", storage.RootOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(t, b.DeleteTemplate(t.Context(), "base"))
-	hidden := func() []string {
-		ents, _ := os.ReadDir(filepath.Join(dir, "templates"))
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		return names
-	}
-	if got := hidden(); len(got) != 1 {
-		t.Fatalf("templates dir after DeleteTemplate = %v, want one deleted tree", got)
-	}
-	must(t, b.DeleteRoot(t.Context(), "r1"))
-	if got := hidden(); len(got) != 1 {
-		t.Fatalf("deleted tree went while r2 uses it: %v", got)
-	}
-	if data, err := os.ReadFile(filepath.Join(b.RootPath("r2"), "f")); err != nil || string(data) != "1" {
-		t.Errorf("r2 reads %q, %v", data, err)
-	}
-	b2, err := New(t.Context(), Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := hidden(); len(got) != 1 {
-		t.Fatalf("restart collected a tree in use: %v", got)
-	}
-	must(t, b2.DeleteRoot(t.Context(), "r2"))
-	if got := hidden(); len(got) != 0 {
-		t.Errorf("templates dir after last root went = %v, want empty", got)
-	}
-	must(t, b2.Close())
 }
 
 func TestDeleteRootBusy(t *testing.T) {

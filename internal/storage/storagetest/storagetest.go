@@ -32,9 +32,23 @@ import (
 	"github.com/corralrun/corral/internal/testutil"
 )
 
+// Reopen opens a second backend on b's state, as a daemon restarted after
+// a crash does (b is not closed first), and arranges its Close like the
+// newBackend function given to Run.
+type Reopen func(t *testing.T, b storage.Backend) storage.Backend
+
 // Run runs the suite. newBackend must return a fresh, empty backend for
-// each call and arrange its Close (see the package comment).
-func Run(t *testing.T, newBackend func(t *testing.T) storage.Backend) {
+// each call and arrange its Close (see the package comment). The restart
+// cases need reopen and are skipped when it is nil.
+func Run(t *testing.T, newBackend func(t *testing.T) storage.Backend, reopen Reopen) {
+	restart := func(fn func(*testing.T, storage.Backend, Reopen)) func(*testing.T, storage.Backend) {
+		return func(t *testing.T, b storage.Backend) {
+			if reopen == nil {
+				t.Skip("the backend's test gives no reopen function")
+			}
+			fn(t, b, reopen)
+		}
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, b storage.Backend)
@@ -46,11 +60,15 @@ func Run(t *testing.T, newBackend func(t *testing.T) storage.Backend) {
 		{"InvalidNames", testInvalidNames},
 		{"RootHasTemplateFiles", testRootHasTemplateFiles},
 		{"RootsAreIsolated", testRootsAreIsolated},
+		{"InodesAreUnique", testInodesAreUnique},
 		{"CreateRootFailuresLeaveNothing", testCreateRootFailures},
 		{"DeleteRootIsIdempotent", testDeleteRootIdempotent},
 		{"RootsListing", testRootsListing},
 		{"DeleteTemplateKeepsRoots", testDeleteTemplateKeepsRoots},
 		{"DeleteTemplateUnknown", testDeleteTemplateUnknown},
+		{"DeletedTemplateCollected", testDeletedTemplateCollected},
+		{"RestartKeepsRoots", restart(testRestartKeepsRoots)},
+		{"RestartKeepsDeletedTemplate", restart(testRestartKeepsDeletedTemplate)},
 		{"ConcurrentCreateRoot", testConcurrentCreateRoot},
 		{"DiskLimit", testDiskLimit},
 	}
@@ -180,9 +198,15 @@ func entries(t *testing.T, dir string) []string {
 }
 
 // stateDir guesses the directory holding a backend's templates and roots
-// dirs, for before/after comparisons of what is on disk and mounted.
+// (the deepest directory above both a template's and a root's path), for
+// before/after comparisons of what is on disk and mounted.
 func stateDir(b storage.Backend) string {
-	return filepath.Dir(filepath.Dir(b.TemplatePath("x")))
+	dir := filepath.Dir(b.TemplatePath("x"))
+	root := b.RootPath("x")
+	for dir != "/" && !strings.HasPrefix(root, dir+"/") {
+		dir = filepath.Dir(dir)
+	}
+	return dir
 }
 
 func testCreateTemplate(t *testing.T, b storage.Backend) {
@@ -357,6 +381,45 @@ func testRootsAreIsolated(t *testing.T, b storage.Backend) {
 	checkSample(t, createRoot(t, b, "r3", "base"))
 }
 
+// testInodesAreUnique checks that no two files in a root share a device
+// and inode number, which programs take to mean "the same file" (cp
+// refuses to copy, find reports a loop, tar stores a hard link). A backend
+// whose layers number their inodes independently gets this wrong as soon
+// as a root has more new files than its template has files.
+func testInodesAreUnique(t *testing.T, b storage.Backend) {
+	createTemplate(t, b, "base")
+	path := createRoot(t, b, "r1", "base")
+	for i := range 40 {
+		mustWrite(t, filepath.Join(path, fmt.Sprintf("file-%d", i)), "x")
+		if err := os.Mkdir(filepath.Join(path, fmt.Sprintf("dir-%d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(t, filepath.Join(path, "etc/hostname"), "r1\n") // copied up
+	appendFile(t, filepath.Join(path, "usr/lib/data"), "more")
+
+	seen := map[[2]uint64]string{}
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		key := [2]uint64{st.Dev, st.Ino}
+		if other, ok := seen[key]; ok {
+			t.Errorf("%s and %s share device %d and inode %d", other, p, st.Dev, st.Ino)
+		}
+		seen[key] = p
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustWrite(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -490,6 +553,80 @@ func testDeleteTemplateUnknown(t *testing.T, b storage.Backend) {
 	}
 	if err := b.DeleteTemplate(t.Context(), "base"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("second DeleteTemplate(base) = %v, want ErrNotFound", err)
+	}
+}
+
+// testDeletedTemplateCollected checks that a deleted template's tree,
+// which a backend may keep (hidden) while roots use it, is gone once the
+// last of them is.
+func testDeletedTemplateCollected(t *testing.T, b storage.Backend) {
+	createTemplate(t, b, "base")
+	createRoot(t, b, "r1", "base")
+	r2 := createRoot(t, b, "r2", "base")
+	tmplDir := filepath.Dir(b.TemplatePath("base"))
+	if err := b.DeleteTemplate(t.Context(), "base"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteRoot(t.Context(), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	checkSample(t, r2)
+	if err := b.DeleteRoot(t.Context(), "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, tmplDir); len(got) != 0 {
+		t.Errorf("templates dir after the last root went = %v, want empty", got)
+	}
+}
+
+// testRestartKeepsRoots checks that a backend opened again after a crash
+// sees the templates and roots, that a root in use keeps working through
+// it, and that it can make and delete roots.
+func testRestartKeepsRoots(t *testing.T, b storage.Backend, reopen Reopen) {
+	createTemplate(t, b, "base")
+	state := stateDir(b)
+	mountsBefore := testutil.Mounts(t, state)
+	path := createRoot(t, b, "r1", "base")
+	mustWrite(t, filepath.Join(path, "mine"), "r1")
+
+	b = reopen(t, b)
+	if diff := cmp.Diff([]string{"base"}, templates(t, b)); diff != "" {
+		t.Errorf("Templates after restart (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"r1"}, roots(t, b)); diff != "" {
+		t.Errorf("Roots after restart (-want +got):\n%s", diff)
+	}
+	if got := readFile(t, filepath.Join(path, "mine")); got != "r1" {
+		t.Errorf("root in use reads %q after restart", got)
+	}
+	mustWrite(t, filepath.Join(path, "after"), "2")
+	checkSample(t, createRoot(t, b, "r2", "base"))
+	for _, id := range []string{"r1", "r2"} {
+		if err := b.DeleteRoot(t.Context(), id); err != nil {
+			t.Errorf("DeleteRoot(%s) after restart: %v", id, err)
+		}
+	}
+	if diff := cmp.Diff(mountsBefore, testutil.Mounts(t, state)); diff != "" {
+		t.Errorf("mounts after deleting the roots (-before +after):\n%s", diff)
+	}
+}
+
+// testRestartKeepsDeletedTemplate checks that a restart does not remove a
+// deleted template's tree that a root still uses.
+func testRestartKeepsDeletedTemplate(t *testing.T, b storage.Backend, reopen Reopen) {
+	createTemplate(t, b, "base")
+	path := createRoot(t, b, "r1", "base")
+	tmplDir := filepath.Dir(b.TemplatePath("base"))
+	if err := b.DeleteTemplate(t.Context(), "base"); err != nil {
+		t.Fatal(err)
+	}
+	b = reopen(t, b)
+	checkSample(t, path)
+	if err := b.DeleteRoot(t.Context(), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, tmplDir); len(got) != 0 {
+		t.Errorf("templates dir after the last root went = %v, want empty", got)
 	}
 }
 
