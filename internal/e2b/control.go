@@ -1,0 +1,627 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+)
+
+// This file serves E2B's control-plane REST API (E2B's spec/openapi.yml):
+// the sandbox lifecycle, mapped onto the Manager. Templates are Corral
+// templates addressed by name.
+
+// noDeadline is what endAt says for a sandbox without deadline (E2B has
+// no such sandboxes, and the SDKs parse endAt as a date).
+func noDeadline() time.Time { return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC) }
+
+// pauser is the Manager's optional pause ability. The facade uses it when
+// the Manager has it; until then pause answers "not supported".
+type pauser interface {
+	Pause(ctx context.Context, id string) (sandbox.Sandbox, error)
+	Resume(ctx context.Context, id string) (sandbox.Sandbox, error)
+}
+
+func (s *Server) routeControl() {
+	mux := s.control
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("POST /sandboxes", s.create)
+	mux.HandleFunc("POST /v2/sandboxes", s.create)
+	mux.HandleFunc("GET /sandboxes", s.listRunning)
+	mux.HandleFunc("GET /v2/sandboxes", s.list)
+	mux.HandleFunc("GET /sandboxes/metrics", s.metricsOfMany)
+	mux.HandleFunc("GET /sandboxes/{id}", s.get)
+	mux.HandleFunc("DELETE /sandboxes/{id}", s.kill)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
+	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
+	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("GET /snapshots", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, []any{}) })
+	mux.HandleFunc("GET /templates", s.templates)
+	mux.HandleFunc("GET /templates/aliases/{alias}", s.templateAlias)
+
+	unsupported := map[string]string{
+		"POST /sandboxes/{id}/fork":      "forking sandboxes is not supported by Corral's E2B API yet",
+		"POST /sandboxes/{id}/snapshots": "snapshots are not supported by Corral's E2B API yet",
+		"PUT /sandboxes/{id}/network":    "network updates are not supported: Corral sandboxes have no network yet (loopback only)",
+		"GET /sandboxes/{id}/logs":       "sandbox logs are not kept by Corral",
+		"GET /v2/sandboxes/{id}/logs":    "sandbox logs are not kept by Corral",
+		"GET /teams/{id}/metrics":        "team metrics are not kept by Corral",
+		"POST /templates":                "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"POST /v2/templates":             "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"POST /v3/templates":             "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"/templates/{id}/":               "managing templates through the E2B API is not supported: use `corral template`",
+		"/v2/templates/":                 "managing templates through the E2B API is not supported: use `corral template`",
+		"DELETE /templates/{id}":         "deleting templates or snapshots through the E2B API is not supported: use `corral template rm`",
+		"GET /templates/{id}":            "managing templates through the E2B API is not supported: use `corral template`",
+		"POST /templates/tags":           "template tags are not supported by Corral",
+		"DELETE /templates/tags":         "template tags are not supported by Corral",
+		"/volumes":                       "volumes are not supported by Corral's E2B API",
+		"/volumes/":                      "volumes are not supported by Corral's E2B API",
+		"/secrets":                       "secrets are not supported by Corral's E2B API",
+		"/secrets/":                      "secrets are not supported by Corral's E2B API",
+	}
+	for pattern, msg := range unsupported {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, _ *http.Request) {
+			writeAPIError(w, errdefs.Errorf(errdefs.ErrNotImplemented, "%s", msg))
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrNotFound, "no E2B API route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// newSandbox is E2B's NewSandbox body.
+type newSandbox struct {
+	TemplateID          string                  `json:"templateID"`
+	Timeout             *int64                  `json:"timeout"`
+	AutoPause           *bool                   `json:"autoPause"`
+	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
+	AllowInternetAccess *bool                   `json:"allow_internet_access"`
+	Network             *networkConfig          `json:"network"`
+	Metadata            map[string]string       `json:"metadata"`
+	EnvVars             map[string]string       `json:"envVars"`
+	MCP                 json.RawMessage         `json:"mcp"`
+	VolumeMounts        []json.RawMessage       `json:"volumeMounts"`
+	IAM                 json.RawMessage         `json:"iam"`
+}
+
+// networkConfig is E2B's SandboxNetworkConfig.
+type networkConfig struct {
+	AllowOut        []string                   `json:"allowOut"`
+	DenyOut         []string                   `json:"denyOut"`
+	Rules           map[string]json.RawMessage `json:"rules"`
+	EgressProxy     json.RawMessage            `json:"egressProxy"`
+	MaskRequestHost string                     `json:"maskRequestHost"`
+}
+
+// check refuses the options Corral cannot honor, naming the limit, rather
+// than create a sandbox that differs from what was asked. Accepted
+// without effect: secure (envd always needs the access token),
+// allowPublicTraffic and httpsPorts (no sandbox port is exposed), denyOut
+// and allow_internet_access false (sandboxes have no network).
+func (n newSandbox) check() error {
+	notSupported := func(what, why string) error {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s is not supported by Corral: %s", what, why)
+	}
+	const noNetwork = "Corral sandboxes have no network yet (loopback only)"
+	switch {
+	case n.TemplateID == "":
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "templateID is required: name a Corral template")
+	case n.Timeout != nil && *n.Timeout < 0:
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
+	case n.AutoPause != nil && *n.AutoPause:
+		return notSupported("autoPause (lifecycle.onTimeout \"pause\")", "a sandbox is deleted at its deadline; extend it with setTimeout")
+	case n.AutoResume != nil && n.AutoResume.Enabled:
+		return notSupported("autoResume", "sandboxes are not paused on timeout")
+	case n.AllowInternetAccess != nil && *n.AllowInternetAccess:
+		return notSupported("allowInternetAccess", noNetwork)
+	case n.Network != nil && len(n.Network.AllowOut) > 0:
+		return notSupported("network.allowOut", noNetwork)
+	case n.Network != nil && len(n.Network.Rules) > 0:
+		return notSupported("network.rules", noNetwork)
+	case n.Network != nil && len(n.Network.EgressProxy) > 0 && string(n.Network.EgressProxy) != "null":
+		return notSupported("network.egressProxy", noNetwork)
+	case n.Network != nil && n.Network.MaskRequestHost != "":
+		return notSupported("network.maskRequestHost", "sandbox ports are not exposed through the E2B API")
+	case len(n.MCP) > 0 && string(n.MCP) != "null":
+		return notSupported("mcp", "there is no MCP gateway in Corral templates")
+	case len(n.VolumeMounts) > 0:
+		return notSupported("volumeMounts", "Corral has no volumes")
+	case len(n.IAM) > 0 && string(n.IAM) != "null":
+		return notSupported("iam", "Corral issues no workload identity tokens")
+	}
+	return nil
+}
+
+// sandboxInfo is E2B's Sandbox (create, connect, resume) and, with the
+// detail fields, SandboxDetail (get) and ListedSandbox (list).
+type sandboxInfo struct {
+	TemplateID         string  `json:"templateID"`
+	Alias              string  `json:"alias,omitempty"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken,omitempty"`
+	Domain             *string `json:"domain,omitempty"`
+	*sandboxDetail
+}
+
+type sandboxDetail struct {
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int64             `json:"cpuCount"`
+	MemoryMB     int64             `json:"memoryMB"`
+	DiskSizeMB   int64             `json:"diskSizeMB"`
+	Metadata     map[string]string `json:"metadata"`
+	State        string            `json:"state"`
+	Lifecycle    *lifecycle        `json:"lifecycle,omitempty"`
+	VolumeMounts []any             `json:"volumeMounts"`
+}
+
+type lifecycle struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
+}
+
+// info describes sb; token adds the envd access token, detail the fields
+// of SandboxDetail and ListedSandbox.
+func (s *Server) info(sb sandbox.Sandbox, token, detail bool) sandboxInfo {
+	out := sandboxInfo{TemplateID: sb.Template, Alias: sb.Template, SandboxID: sb.ID, ClientID: "corral", EnvdVersion: envdVersion}
+	if token {
+		out.EnvdAccessToken = s.accessToken(sb.ID)
+		if s.cfg.Domain != "" {
+			d := s.cfg.Domain
+			out.Domain = &d
+		}
+	}
+	if detail {
+		end := sb.Deadline
+		if end.IsZero() {
+			end = noDeadline()
+		}
+		md := sb.Metadata
+		if md == nil {
+			md = map[string]string{}
+		}
+		out.sandboxDetail = &sandboxDetail{
+			StartedAt:    sb.CreatedAt,
+			EndAt:        end,
+			CPUCount:     max(1, (sb.MilliCPUs+999)/1000),
+			MemoryMB:     sb.MemoryBytes >> 20,
+			DiskSizeMB:   sb.DiskBytes >> 20,
+			Metadata:     md,
+			State:        sb.State.String(),
+			VolumeMounts: []any{},
+		}
+		if token {
+			out.Lifecycle = &lifecycle{OnTimeout: "kill"}
+		}
+	}
+	return out
+}
+
+// decodeBody reads an optional JSON body leniently: E2B clients send
+// fields Corral does not know, and those are ignored.
+func decodeBody(r *http.Request, v any) error {
+	err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20)).Decode(v)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req newSandbox
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if err := req.check(); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
+	if req.Timeout != nil {
+		// Corral reads 0 as "no deadline" (allowed when the server has no
+		// maximum); E2B has no such value.
+		d := seconds(*req.Timeout)
+		spec.Timeout = &d
+	}
+	sb, err := s.m.Create(r.Context(), spec)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	s.log.Info("e2b sandbox created", "sandbox_id", sb.ID, "template", sb.Template)
+	writeJSON(w, http.StatusCreated, s.info(sb, true, false))
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.info(sb, true, true))
+}
+
+// listRunning is the v1 list: running sandboxes, filtered by metadata.
+func (s *Server) listRunning(w http.ResponseWriter, r *http.Request) {
+	md, err := metadataQuery(r.URL.Query().Get("metadata"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := []sandboxInfo{}
+	for _, sb := range s.m.List(sandbox.Filter{State: sandbox.StateRunning, Metadata: md}) {
+		out = append(out, s.info(sb, false, true))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// list is the v2 list: filters by state (comma-separated), metadata,
+// template and start time, ordered by start time, paginated with limit
+// (at most 100) and an opaque nextToken answered in x-next-token.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	md, err := metadataQuery(q.Get("metadata"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	var states []sandbox.State
+	for _, v := range q["state"] {
+		for _, name := range strings.Split(v, ",") {
+			st, err := sandbox.ParseState(strings.TrimSpace(name))
+			if err != nil {
+				writeAPIError(w, err)
+				return
+			}
+			states = append(states, st)
+		}
+	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339, v); err != nil {
+			writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid startedAfter %q: want RFC 3339", v))
+			return
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid limit %q: want 1 to 100", v))
+			return
+		}
+	}
+	all := s.m.List(sandbox.Filter{Metadata: md})
+	if q.Get("order") == "desc" {
+		slices.Reverse(all)
+	}
+	var match []sandbox.Sandbox
+	for _, sb := range all {
+		if (len(states) == 0 || slices.Contains(states, sb.State)) &&
+			(q.Get("template") == "" || q.Get("template") == sb.Template) &&
+			(after.IsZero() || sb.CreatedAt.After(after)) {
+			match = append(match, sb)
+		}
+	}
+	if tok := q.Get("nextToken"); tok != "" {
+		i := slices.IndexFunc(match, func(sb sandbox.Sandbox) bool { return sb.ID == tok })
+		if i < 0 {
+			writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid nextToken %q: the sandbox it names is gone; list again from the start", tok))
+			return
+		}
+		match = match[i+1:]
+	}
+	if len(match) > limit {
+		w.Header().Set("X-Next-Token", match[limit-1].ID)
+		match = match[:limit]
+	}
+	out := []sandboxInfo{}
+	for _, sb := range match {
+		out = append(out, s.info(sb, false, true))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// metadataQuery parses E2B's metadata filter: a query string
+// ("user=abc&app=prod") whose keys and values are URL-encoded once more.
+func metadataQuery(v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(v)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid metadata filter %q: %v", v, err)
+	}
+	out := make(map[string]string, len(vals))
+	for k, vs := range vals {
+		key, err1 := url.QueryUnescape(k)
+		val, err2 := url.QueryUnescape(vs[0])
+		if err1 != nil || err2 != nil {
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid metadata filter %q: bad escape", v)
+		}
+		out[key] = val
+	}
+	return out, nil
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.m.Delete(r.Context(), id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	s.log.Info("e2b sandbox killed", "sandbox_id", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// setTimeout sets the deadline to now + timeout seconds (0: none, where
+// the server allows it), shortening or extending it.
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if req.Timeout == nil || *req.Timeout < 0 {
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds, >= 0) is required"))
+		return
+	}
+	if _, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), seconds(*req.Timeout)); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// extend moves the deadline of id to now + d when that is later; it never
+// shortens a deadline and leaves a sandbox without one alone.
+func (s *Server) extend(ctx context.Context, id string, d time.Duration) error {
+	sb, err := s.m.Get(id)
+	if err != nil {
+		return err
+	}
+	if sb.Deadline.IsZero() || !time.Now().Add(d).After(sb.Deadline) {
+		return nil
+	}
+	_, err = s.m.SetTimeout(ctx, id, d)
+	return err
+}
+
+// refresh extends the deadline by "duration" seconds from now (never
+// shortening it).
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Duration int64 `json:"duration"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if req.Duration < 0 || req.Duration > 3600 {
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "duration must be 0 to 3600 seconds"))
+		return
+	}
+	if err := s.extend(r.Context(), r.PathValue("id"), seconds(req.Duration)); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	p, ok := any(s.m).(pauser)
+	if !ok {
+		if _, err := s.m.Get(id); err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrNotImplemented,
+			"pausing sandboxes is not supported by this Corral daemon yet: sandbox %s keeps running; extend its life with setTimeout", id))
+		return
+	}
+	if _, err := p.Pause(r.Context(), id); err != nil {
+		writeAPIError(w, err) // already paused: failed_precondition, 409, which the SDK reads as "was paused"
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resumeIfPaused resumes a paused sandbox and reports whether it did.
+func (s *Server) resumeIfPaused(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, bool, error) {
+	if sb.State != sandbox.StatePaused {
+		return sb, false, nil
+	}
+	p, ok := any(s.m).(pauser)
+	if !ok {
+		return sb, false, errdefs.Errorf(errdefs.ErrNotImplemented, "sandbox %s is paused and this Corral daemon cannot resume it through the E2B API", sb.ID)
+	}
+	sb, err := p.Resume(ctx, sb.ID)
+	return sb, err == nil, err
+}
+
+// connect resumes a paused sandbox and extends (never shortens) its
+// deadline to now + timeout when a timeout is given. 201 means resumed,
+// 200 already running.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	sb, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	sb, resumed, err := s.resumeIfPaused(r.Context(), sb)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be connected to", sb.ID, sb.State))
+		return
+	}
+	if req.Timeout != nil {
+		if err := s.extend(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
+			writeAPIError(w, err)
+			return
+		}
+	}
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, s.info(sb, true, false))
+}
+
+// resume is the deprecated resume call: 409 when the sandbox runs.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	sb, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if sb.State != sandbox.StatePaused {
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not paused", sb.ID, sb.State))
+		return
+	}
+	if sb, _, err = s.resumeIfPaused(r.Context(), sb); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if req.Timeout != nil {
+		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
+			writeAPIError(w, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusCreated, s.info(sb, true, false))
+}
+
+// metric is E2B's SandboxMetric.
+type metric struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int64     `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemTotal      int64     `json:"memTotal"`
+	MemCache      int64     `json:"memCache"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+}
+
+// metricOf reads one sample now. Corral keeps no history: CPU use is the
+// average since the sandbox started, and disk use is not measured.
+func (s *Server) metricOf(ctx context.Context, id string) (metric, error) {
+	sb, err := s.m.Get(id)
+	if err != nil {
+		return metric{}, err
+	}
+	st, err := s.m.Stats(ctx, id)
+	if err != nil {
+		return metric{}, err
+	}
+	now := time.Now().UTC()
+	cpus := max(1, (sb.MilliCPUs+999)/1000)
+	pct := 0.0
+	if el := now.Sub(sb.CreatedAt); el > 0 && sb.MilliCPUs > 0 {
+		pct = 100 * float64(st.CPUUsageNanos) / (float64(el.Nanoseconds()) * float64(sb.MilliCPUs) / 1000)
+	}
+	return metric{Timestamp: now, TimestampUnix: now.Unix(), CPUCount: cpus, CPUUsedPct: pct,
+		MemUsed: st.MemoryBytes, MemTotal: sb.MemoryBytes, DiskTotal: sb.DiskBytes}, nil
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	m, err := s.metricOf(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, []metric{m})
+}
+
+// metricsOfMany answers GET /sandboxes/metrics?sandbox_ids=a,b; sandboxes
+// that are gone are left out.
+func (s *Server) metricsOfMany(w http.ResponseWriter, r *http.Request) {
+	out := map[string]metric{}
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, id := range strings.Split(v, ",") {
+			if m, err := s.metricOf(r.Context(), id); err == nil {
+				out[id] = m
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
+}
+
+// templateInfo is E2B's Template, for Corral templates.
+type templateInfo struct {
+	TemplateID    string     `json:"templateID"`
+	BuildID       string     `json:"buildID"`
+	CPUCount      int64      `json:"cpuCount"`
+	MemoryMB      int64      `json:"memoryMB"`
+	DiskSizeMB    int64      `json:"diskSizeMB"`
+	Public        bool       `json:"public"`
+	Aliases       []string   `json:"aliases"`
+	Names         []string   `json:"names"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	UpdatedAt     time.Time  `json:"updatedAt"`
+	CreatedBy     *struct{}  `json:"createdBy"`
+	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
+	SpawnCount    int64      `json:"spawnCount"`
+	BuildCount    int64      `json:"buildCount"`
+	EnvdVersion   string     `json:"envdVersion"`
+	BuildStatus   string     `json:"buildStatus"`
+}
+
+func (s *Server) templates(w http.ResponseWriter, _ *http.Request) {
+	out := []templateInfo{}
+	for _, t := range s.m.Templates() {
+		out = append(out, templateInfo{TemplateID: t.Name, BuildID: t.Name, CPUCount: 1, Aliases: []string{t.Name},
+			Names: []string{t.Name}, CreatedAt: t.CreatedAt, UpdatedAt: t.CreatedAt, BuildCount: 1,
+			EnvdVersion: envdVersion, BuildStatus: "ready"})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
+	t, err := s.m.Template(r.PathValue("alias"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
+}

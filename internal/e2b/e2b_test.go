@@ -1,0 +1,658 @@
+package e2b
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/fake"
+	"github.com/corralrun/corral/internal/sandbox"
+	storagefake "github.com/corralrun/corral/internal/storage/fake"
+	"github.com/corralrun/corral/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testKey = "test-key"
+
+// env is a facade over a Manager with the fake driver (processes run on
+// the host, files under the sandbox's root copy) and one sandbox.
+type env struct {
+	t     *testing.T
+	ts    *httptest.Server
+	srv   *Server
+	m     *sandbox.Manager
+	id    string // a running sandbox
+	token string // its access token
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	sock, err := os.MkdirTemp("", "e2b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	drv, err := fake.New(fake.Config{Root: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
+		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateTemplate(t.Context(), "bb", "import", func(dir string) error {
+		return os.MkdirAll(filepath.Join(dir, "root"), 0o755)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := New(Config{Manager: m, APIKey: testKey})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		srv.Close()
+		for _, sb := range m.List(sandbox.Filter{}) {
+			_ = m.Delete(context.Background(), sb.ID)
+		}
+		m.Close()
+		st.Close()
+	})
+	e := &env{t: t, ts: ts, srv: srv, m: m}
+	var created map[string]any
+	if code := e.api("POST", "/v2/sandboxes", `{"templateID":"bb","timeout":300,"metadata":{"team":"a"},"envVars":{"GREETING":"hi"}}`, &created); code != 201 {
+		t.Fatalf("create: %d %v", code, created)
+	}
+	e.id, e.token = created["sandboxID"].(string), created["envdAccessToken"].(string)
+	return e
+}
+
+// api calls the control plane with the API key and decodes the answer.
+func (e *env) api(method, path, body string, out any) int {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.ts.URL+path, strings.NewReader(body))
+	req.Header.Set("X-API-KEY", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		_ = json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+// envd makes an envd request for the env's sandbox.
+func (e *env) envd(method, path, contentType string, body io.Reader, hdr map[string]string) *http.Response {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.ts.URL+path, body)
+	req.Header.Set("E2b-Sandbox-Id", e.id)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set("X-Access-Token", e.token)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// unary makes a unary Connect call with JSON.
+func (e *env) unary(method, body string) (int, map[string]any) {
+	e.t.Helper()
+	resp := e.envd("POST", "/"+method, "application/json", strings.NewReader(body), nil)
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// streamJSON makes a server-streaming Connect call with JSON and returns
+// its messages and its end-of-stream message.
+func (e *env) streamJSON(method, body string, hdr map[string]string) ([]map[string]any, map[string]any) {
+	e.t.Helper()
+	var msgs []map[string]any
+	end := e.streamRaw(method, "application/connect+json", []byte(body), hdr, func(data []byte) bool {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			e.t.Fatalf("message %q: %v", data, err)
+		}
+		msgs = append(msgs, m)
+		return true
+	})
+	return msgs, end
+}
+
+// streamRaw sends one enveloped request message and calls each for every
+// response message until it returns false or the stream ends.
+func (e *env) streamRaw(method, ct string, body []byte, hdr map[string]string, each func([]byte) bool) map[string]any {
+	e.t.Helper()
+	env := make([]byte, 5, 5+len(body))
+	binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+	resp := e.envd("POST", "/"+method, ct, bytes.NewReader(append(env, body...)), hdr)
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		e.t.Fatalf("%s: HTTP %d: %s", method, resp.StatusCode, b)
+	}
+	if got := resp.Header.Get("Content-Type"); got != ct {
+		e.t.Fatalf("%s: content type %q, want %q", method, got, ct)
+	}
+	r := bufio.NewReader(resp.Body)
+	for {
+		var hdr [5]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			e.t.Fatalf("%s: stream ended without end-of-stream message: %v", method, err)
+		}
+		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+		if _, err := io.ReadFull(r, data); err != nil {
+			e.t.Fatal(err)
+		}
+		if hdr[0]&flagEndStream != 0 {
+			var end map[string]any
+			if err := json.Unmarshal(data, &end); err != nil {
+				e.t.Fatalf("end message %q: %v", data, err)
+			}
+			return end
+		}
+		if !each(data) {
+			return nil
+		}
+	}
+}
+
+func TestControlPlane(t *testing.T) {
+	e := newEnv(t)
+	var out map[string]any
+	if code := e.api("POST", "/sandboxes", `{"templateID":"nope"}`, &out); code != 404 || out["code"] != 404.0 || !strings.Contains(out["message"].(string), `template "nope" not found`) {
+		t.Errorf("unknown template: %d %v", code, out)
+	}
+	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","allow_internet_access":true}`, &out); code != 400 || !strings.Contains(out["message"].(string), "no network") {
+		t.Errorf("internet access: %d %v", code, out)
+	}
+	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","autoPause":true}`, &out); code != 400 || !strings.Contains(out["message"].(string), "autoPause") {
+		t.Errorf("autoPause: %d %v", code, out)
+	}
+	req, _ := http.NewRequest("GET", e.ts.URL+"/v2/sandboxes", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("no API key: %d", resp.StatusCode)
+	}
+
+	var got map[string]any
+	if code := e.api("GET", "/sandboxes/"+e.id, "", &got); code != 200 {
+		t.Fatalf("get: %d %v", code, got)
+	}
+	if got["templateID"] != "bb" || got["state"] != "running" || got["envdAccessToken"] != e.token || got["memoryMB"] != 128.0 ||
+		got["cpuCount"] != 1.0 || got["metadata"].(map[string]any)["team"] != "a" || got["envdVersion"] != envdVersion {
+		t.Errorf("get: %v", got)
+	}
+	var list []map[string]any
+	if code := e.api("GET", "/v2/sandboxes?state=running,paused&metadata=team%3Da", "", &list); code != 200 || len(list) != 1 || list[0]["sandboxID"] != e.id {
+		t.Errorf("list: %d %v", code, list)
+	}
+	if code := e.api("GET", "/v2/sandboxes?metadata=team%3Db", "", &list); code != 200 || len(list) != 0 {
+		t.Errorf("list other team: %d %v", code, list)
+	}
+	if code := e.api("GET", "/v2/sandboxes?state=bogus", "", &out); code != 400 {
+		t.Errorf("bad state: %d %v", code, out)
+	}
+
+	before, _ := e.m.Get(e.id)
+	if code := e.api("POST", "/sandboxes/"+e.id+"/timeout", `{"timeout":3600}`, nil); code != 204 {
+		t.Errorf("timeout: %d", code)
+	}
+	after, _ := e.m.Get(e.id)
+	if !after.Deadline.After(before.Deadline.Add(50 * time.Minute)) {
+		t.Errorf("deadline %v -> %v", before.Deadline, after.Deadline)
+	}
+	// connect extends only: a shorter timeout leaves the deadline.
+	if code := e.api("POST", "/v2/sandboxes/"+e.id+"/connect", `{"timeout":10}`, &out); code != 200 || out["envdAccessToken"] != e.token {
+		t.Errorf("connect: %d %v", code, out)
+	}
+	if again, _ := e.m.Get(e.id); !again.Deadline.Equal(after.Deadline) {
+		t.Errorf("connect shortened the deadline: %v -> %v", after.Deadline, again.Deadline)
+	}
+	if code := e.api("POST", "/sandboxes/"+e.id+"/pause", `{}`, &out); code != 501 || !strings.Contains(out["message"].(string), "pausing sandboxes is not supported") {
+		t.Errorf("pause: %d %v", code, out)
+	}
+	var metrics []map[string]any
+	if code := e.api("GET", "/sandboxes/"+e.id+"/metrics", "", &metrics); code != 200 || len(metrics) != 1 || metrics[0]["memTotal"] != float64(128<<20) {
+		t.Errorf("metrics: %d %v", code, metrics)
+	}
+	if code := e.api("POST", "/sandboxes/"+e.id+"/fork", `{}`, &out); code != 501 || out["code"] != 501.0 {
+		t.Errorf("fork: %d %v", code, out)
+	}
+	if code := e.api("DELETE", "/sandboxes/"+e.id, "", nil); code != 204 {
+		t.Errorf("kill: %d", code)
+	}
+	if code := e.api("DELETE", "/sandboxes/"+e.id, "", &out); code != 404 || out["code"] != 404.0 {
+		t.Errorf("kill again: %d %v", code, out)
+	}
+	// envd of a killed sandbox: 502, which the SDK reads as "killed".
+	if resp := e.envd("GET", "/health", "", nil, nil); resp.StatusCode != 502 {
+		t.Errorf("health of killed sandbox: %d", resp.StatusCode)
+	}
+}
+
+func TestEnvdAuth(t *testing.T) {
+	e := newEnv(t)
+	e.token = "wrong"
+	if code, out := e.unary("process.Process/List", `{}`); code != 401 || out["code"] != "unauthenticated" {
+		t.Errorf("wrong token: %d %v", code, out)
+	}
+}
+
+func TestProcessStartJSON(t *testing.T) {
+	e := newEnv(t)
+	req := `{"process":{"cmd":"/bin/bash","args":["-l","-c","echo $GREETING $X; echo oops >&2; exit 3"],"envs":{"X":"there"}},"stdin":false}`
+	msgs, end := e.streamJSON("process.Process/Start", req, nil)
+	if end["error"] != nil {
+		t.Fatalf("stream error: %v", end)
+	}
+	if len(msgs) < 3 {
+		t.Fatalf("messages: %v", msgs)
+	}
+	if pid := msgs[0]["event"].(map[string]any)["start"].(map[string]any)["pid"]; pid == nil {
+		t.Fatalf("first message is not start: %v", msgs[0])
+	}
+	var stdout, stderr string
+	for _, m := range msgs[1 : len(msgs)-1] {
+		d := m["event"].(map[string]any)["data"].(map[string]any)
+		if v, ok := d["stdout"].(string); ok {
+			stdout += string(decodeB64(t, v))
+		}
+		if v, ok := d["stderr"].(string); ok {
+			stderr += string(decodeB64(t, v))
+		}
+	}
+	if stdout != "hi there\n" || stderr != "oops\n" {
+		t.Errorf("stdout %q stderr %q", stdout, stderr)
+	}
+	wantEnd := map[string]any{"exitCode": 3.0, "exited": true, "status": "exit status 3", "error": "exit status 3"}
+	if diff := cmp.Diff(wantEnd, msgs[len(msgs)-1]["event"].(map[string]any)["end"]); diff != "" {
+		t.Errorf("end event (-want +got):\n%s", diff)
+	}
+}
+
+func TestProcessStartProtoAndConnect(t *testing.T) {
+	e := newEnv(t)
+	// StartRequest{process: {cmd: "/bin/sh", args: ["-c", "echo one; sleep 0.3; echo two"]}, tag: "t1"}
+	var cfg pbEnc
+	cfg.str(1, "/bin/sh")
+	cfg.strAlways(2, "-c")
+	cfg.strAlways(2, "echo one; sleep 0.3; echo two")
+	var req pbEnc
+	req.tag(1, 2)
+	req = append(req, byte(len(cfg)))
+	req = append(req, cfg...)
+	req.str(3, "t1")
+	var pid uint64
+	var out []string
+	var exited bool
+	end := e.streamRaw("process.Process/Start", "application/connect+proto", req, nil, func(data []byte) bool {
+		err := parseFields(data, func(f pbField) error { // StartResponse.event
+			return parseFields(f.b, func(ev pbField) error { // ProcessEvent oneof
+				return parseFields(ev.b, func(g pbField) error {
+					switch {
+					case ev.num == 1 && g.num == 1:
+						pid = g.v
+					case ev.num == 2 && g.num == 1:
+						out = append(out, string(g.b))
+					case ev.num == 3 && g.num == 2:
+						exited = g.v == 1
+					}
+					return nil
+				})
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	if end["error"] != nil || pid == 0 || strings.Join(out, "") != "one\ntwo\n" || !exited {
+		t.Fatalf("proto start: end %v pid %d out %q exited %v", end, pid, out, exited)
+	}
+	// Connect replays the buffered output of the ended process.
+	msgs, end := e.streamJSON("process.Process/Connect", `{"process":{"pid":`+itoaU(pid)+`}}`, nil)
+	if end["error"] != nil || len(msgs) < 3 {
+		t.Fatalf("connect: %v %v", msgs, end)
+	}
+	if _, ok := msgs[len(msgs)-1]["event"].(map[string]any)["end"]; !ok {
+		t.Errorf("connect did not end with the end event: %v", msgs)
+	}
+}
+
+func TestBackgroundProcessConnectAndKill(t *testing.T) {
+	e := newEnv(t)
+	var pid float64
+	e.streamRaw("process.Process/Start", "application/connect+json",
+		[]byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo ready; sleep 30"]},"stdin":true}`), nil, func(data []byte) bool {
+			var m map[string]any
+			_ = json.Unmarshal(data, &m)
+			pid = m["event"].(map[string]any)["start"].(map[string]any)["pid"].(float64)
+			return false // leave the stream: the process runs on
+		})
+	code, list := e.unary("process.Process/List", `{}`)
+	if code != 200 || !strings.Contains(toJSON(list), `"pid":`+itoaU(uint64(pid))) {
+		t.Fatalf("list: %d %v", code, list)
+	}
+	p := `{"process":{"pid":` + itoaU(uint64(pid)) + `}}`
+	if code, out := e.unary("process.Process/SendInput", `{"process":{"pid":`+itoaU(uint64(pid))+`},"input":{"stdin":"aGkK"}}`); code != 200 {
+		t.Errorf("send input: %d %v", code, out)
+	}
+	if code, out := e.unary("process.Process/SendSignal", `{"process":{"pid":`+itoaU(uint64(pid))+`},"signal":"SIGNAL_SIGKILL"}`); code != 200 {
+		t.Errorf("kill: %d %v", code, out)
+	}
+	msgs, end := e.streamJSON("process.Process/Connect", p, nil)
+	if end["error"] != nil || len(msgs) < 2 {
+		t.Fatalf("connect after kill: %v %v", msgs, end)
+	}
+	wantEnd := map[string]any{"exitCode": -1.0, "status": "signal: killed", "error": "signal: killed"}
+	if diff := cmp.Diff(wantEnd, msgs[len(msgs)-1]["event"].(map[string]any)["end"]); diff != "" {
+		t.Errorf("end event (-want +got):\n%s", diff)
+	}
+	if code, out := e.unary("process.Process/SendSignal", p+``); code != 400 {
+		t.Errorf("unspecified signal: %d %v", code, out)
+	}
+	if code, out := e.unary("process.Process/SendSignal", `{"process":{"pid":999999},"signal":9}`); code != 404 || out["code"] != "not_found" {
+		t.Errorf("kill unknown: %d %v", code, out)
+	}
+}
+
+func TestProcessTimeoutAndKeepalive(t *testing.T) {
+	e := newEnv(t)
+	msgs, end := e.streamJSON("process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","sleep 3"]}}`,
+		map[string]string{"Connect-Timeout-Ms": "1500", "Keepalive-Ping-Interval": "1"})
+	keepalives := 0
+	for _, m := range msgs {
+		if _, ok := m["event"].(map[string]any)["keepalive"]; ok {
+			keepalives++
+		}
+	}
+	if keepalives == 0 {
+		t.Errorf("no keepalive in %v", msgs)
+	}
+	if end["error"] == nil && !strings.Contains(toJSON(msgs), "signal: killed") {
+		t.Errorf("a process past its timeout was neither killed nor cut short: %v %v", msgs, end)
+	}
+}
+
+func TestFilesystem(t *testing.T) {
+	e := newEnv(t)
+	if code, out := e.unary("filesystem.Filesystem/MakeDir", `{"path":"/work/a/b"}`); code != 200 || out["entry"].(map[string]any)["type"] != "FILE_TYPE_DIRECTORY" {
+		t.Fatalf("makeDir: %d %v", code, out)
+	}
+	if code, out := e.unary("filesystem.Filesystem/MakeDir", `{"path":"/work/a/b"}`); code != 409 || out["code"] != "already_exists" {
+		t.Errorf("makeDir again: %d %v", code, out)
+	}
+	// Multipart upload of two files named by their parts.
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for name, data := range map[string]string{"/work/a/one.txt": "one", "rel.txt": "relative"} {
+		fw, _ := mw.CreateFormFile("file", name)
+		fw.Write([]byte(data))
+	}
+	mw.Close()
+	resp := e.envd("POST", "/files", mw.FormDataContentType(), &body, nil)
+	var entries []map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&entries)
+	if resp.StatusCode != 200 || len(entries) != 2 {
+		t.Fatalf("upload: %d %v", resp.StatusCode, entries)
+	}
+	// A raw gzip upload.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("zipped"))
+	zw.Close()
+	if resp := e.envd("POST", "/files?path=/work/z.txt", "application/octet-stream", &gz, map[string]string{"Content-Encoding": "gzip"}); resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("raw upload: %d %s", resp.StatusCode, b)
+	}
+	for p, want := range map[string]string{"/work/a/one.txt": "one", "~/rel.txt": "relative", "/root/rel.txt": "relative", "/work/z.txt": "zipped"} {
+		resp := e.envd("GET", "/files?path="+p, "", nil, nil)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Errorf("download %s: %d %q", p, resp.StatusCode, b)
+		}
+	}
+	resp = e.envd("GET", "/files?path=/nope", "", nil, nil)
+	var apiErr map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&apiErr)
+	if resp.StatusCode != 404 || apiErr["code"] != 404.0 {
+		t.Errorf("download missing: %d %v", resp.StatusCode, apiErr)
+	}
+	code, out := e.unary("filesystem.Filesystem/ListDir", `{"path":"/work","depth":2}`)
+	if code != 200 {
+		t.Fatalf("listDir: %d %v", code, out)
+	}
+	var names []string
+	for _, en := range out["entries"].([]any) {
+		names = append(names, en.(map[string]any)["path"].(string))
+	}
+	if diff := cmp.Diff([]string{"/work/a", "/work/a/b", "/work/a/one.txt", "/work/z.txt"}, names); diff != "" {
+		t.Errorf("listDir (-want +got):\n%s", diff)
+	}
+	if code, out := e.unary("filesystem.Filesystem/Stat", `{"path":"/work/a/one.txt"}`); code != 200 || out["entry"].(map[string]any)["size"] != "3" ||
+		out["entry"].(map[string]any)["permissions"] != "-rw-r--r--" {
+		t.Errorf("stat: %d %v", code, out)
+	}
+	if code, out := e.unary("filesystem.Filesystem/Stat", `{"path":"/work/none"}`); code != 404 || out["code"] != "not_found" {
+		t.Errorf("stat missing: %d %v", code, out)
+	}
+	if code, out := e.unary("filesystem.Filesystem/Move", `{"source":"/work/z.txt","destination":"/work/y.txt"}`); code != 200 || out["entry"].(map[string]any)["name"] != "y.txt" {
+		t.Errorf("move: %d %v", code, out)
+	}
+	for range 2 { // removing what is gone is no error
+		if code, out := e.unary("filesystem.Filesystem/Remove", `{"path":"/work/a"}`); code != 200 {
+			t.Errorf("remove: %d %v", code, out)
+		}
+	}
+	if code, out := e.unary("filesystem.Filesystem/Nope", `{}`); code != 501 || out["code"] != "unimplemented" {
+		t.Errorf("unknown method: %d %v", code, out)
+	}
+}
+
+func TestWatchDir(t *testing.T) {
+	e := newEnv(t)
+	if code, out := e.unary("filesystem.Filesystem/MakeDir", `{"path":"/w"}`); code != 200 {
+		t.Fatalf("makeDir: %d %v", code, out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got := make(chan string, 16)
+	go func() {
+		defer close(got)
+		env := make([]byte, 5)
+		body := []byte(`{"path":"/w","recursive":true,"include_entry":true}`)
+		binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+		req, _ := http.NewRequestWithContext(ctx, "POST", e.ts.URL+"/filesystem.Filesystem/WatchDir", bytes.NewReader(append(env, body...)))
+		req.Header.Set("Content-Type", "application/connect+json")
+		req.Header.Set("E2b-Sandbox-Id", e.id)
+		req.Header.Set("X-Access-Token", e.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		r := bufio.NewReader(resp.Body)
+		for {
+			var hdr [5]byte
+			if _, err := io.ReadFull(r, hdr[:]); err != nil {
+				return
+			}
+			data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+			if _, err := io.ReadFull(r, data); err != nil {
+				return
+			}
+			got <- string(data)
+		}
+	}()
+	if first := <-got; first != `{"start":{}}` {
+		t.Fatalf("first watch message %q", first)
+	}
+	// Created through the facade, like the SDK would.
+	if resp := e.envd("POST", "/files?path=/w/new.txt", "application/octet-stream", strings.NewReader("x"), nil); resp.StatusCode != 200 {
+		t.Fatalf("upload: %d", resp.StatusCode)
+	}
+	for ev := range got {
+		if strings.Contains(ev, `"name":"new.txt"`) && strings.Contains(ev, "EVENT_TYPE_CREATE") {
+			cancel()
+			for range got {
+			}
+			return
+		}
+	}
+	t.Fatal("no create event for new.txt")
+}
+
+func TestPollingWatcher(t *testing.T) {
+	e := newEnv(t)
+	e.unary("filesystem.Filesystem/MakeDir", `{"path":"/p"}`)
+	code, out := e.unary("filesystem.Filesystem/CreateWatcher", `{"path":"/p"}`)
+	if code != 200 {
+		t.Fatalf("create watcher: %d %v", code, out)
+	}
+	id := out["watcherId"].(string)
+	e.envd("POST", "/files?path=/p/f", "application/octet-stream", strings.NewReader("x"), nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, out := e.unary("filesystem.Filesystem/GetWatcherEvents", `{"watcher_id":"`+id+`"}`)
+		if code != 200 {
+			t.Fatalf("events: %d %v", code, out)
+		}
+		if strings.Contains(toJSON(out), `"name":"f"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no event for f")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, out := e.unary("filesystem.Filesystem/RemoveWatcher", `{"watcherId":"`+id+`"}`); code != 200 {
+		t.Errorf("remove watcher: %d %v", code, out)
+	}
+	if code, _ := e.unary("filesystem.Filesystem/GetWatcherEvents", `{"watcherId":"`+id+`"}`); code != 404 {
+		t.Errorf("events of removed watcher: %d", code)
+	}
+}
+
+func TestSignedDownload(t *testing.T) {
+	e := newEnv(t)
+	e.envd("POST", "/files?path=/s.txt", "application/octet-stream", strings.NewReader("signed"), nil)
+	// What the SDK's downloadUrl computes.
+	sum := sha256Sum("/s.txt:read::" + e.token)
+	for sig, want := range map[string]int{"v1_" + sum: 200, "v1_bad": 401} {
+		req, _ := http.NewRequest("GET", e.ts.URL+"/files?path=/s.txt&signature="+url.QueryEscape(sig), nil)
+		req.Header.Set("E2b-Sandbox-Id", e.id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("signature %s: %d, want %d", sig, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestJSONNames(t *testing.T) {
+	// Both the JSON name and the proto name of a field are accepted, and
+	// map keys are left alone.
+	var w watchRequest
+	if err := decodeJSON([]byte(`{"path":"/x","include_entry":true,"allowNetworkMounts":true}`), &w); err != nil || !w.IncludeEntry || !w.AllowNetworkMounts {
+		t.Errorf("watch request: %+v %v", w, err)
+	}
+	var s startRequest
+	if err := decodeJSON([]byte(`{"process":{"cmd":"x","envs":{"MY_VAR":"1"}},"pty":{"size":{"cols":"80","rows":24}}}`), &s); err != nil ||
+		s.Process.Envs["MY_VAR"] != "1" || s.PTY.Size.Cols != 80 || s.PTY.Size.Rows != 24 {
+		t.Errorf("start request: %+v %v", s, err)
+	}
+	var in sendInputRequest
+	if err := decodeJSON([]byte(`{"process":{"pid":7},"input":{"pty":"aGk"}}`), &in); err != nil || string(in.Input.data()) != "hi" || *in.Process.PID != 7 {
+		t.Errorf("send input: %+v %v", in, err)
+	}
+	b, _ := json.Marshal(entryInfo{Name: "f", Type: fileTypeFile, Size: 5, ModifiedTime: &timestamp{time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC)}})
+	if want := `{"name":"f","type":"FILE_TYPE_FILE","size":"5","modifiedTime":"2024-01-02T03:04:05.000006000Z"}`; string(b) != want {
+		t.Errorf("entry JSON %s, want %s", b, want)
+	}
+}
+
+func decodeB64(t *testing.T, s string) []byte {
+	t.Helper()
+	var b jsonBytes
+	if err := b.UnmarshalJSON([]byte(`"` + s + `"`)); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func itoaU(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func sha256Sum(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+}
+
+func TestCloseEndsStreams(t *testing.T) {
+	e := newEnv(t)
+	ended := make(chan map[string]any, 1)
+	go func() {
+		_, end := e.streamJSON("process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","sleep 30"]}}`, nil)
+		ended <- end
+	}()
+	time.Sleep(200 * time.Millisecond)
+	e.srv.Close()
+	select {
+	case end := <-ended:
+		if code := end["error"].(map[string]any)["code"]; code != "unavailable" {
+			t.Errorf("stream ended with %v", end)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the stream")
+	}
+}

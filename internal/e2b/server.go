@@ -1,0 +1,263 @@
+package e2b
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// envdPort is the port of E2B's in-sandbox agent; the SDK names it in the
+// E2b-Sandbox-Port header and in sandbox host names (49983-<id>.<domain>).
+const envdPort = "49983"
+
+// envdVersion is the envd version Corral reports. The SDKs compare it to
+// decide which features they may use: 0.6.4 enables everything this
+// facade implements (stdin close, octet-stream uploads, recursive watches,
+// watch events with entries); newer features stay disabled client-side.
+const envdVersion = "0.6.4"
+
+// Config wires a Server.
+type Config struct {
+	// Manager runs the sandboxes; required.
+	Manager *sandbox.Manager
+	// APIKey is the daemon's API key: the SDK sends it as X-API-Key (from
+	// E2B_API_KEY), and it also keys the per-sandbox access tokens.
+	// Required: with none, every request is refused.
+	APIKey string
+	// Domain, when set, is returned as each sandbox's domain, so that an
+	// SDK without E2B_SANDBOX_URL reaches envd at
+	// https://49983-<id>.<Domain> (a TLS proxy with a wildcard name in
+	// front of the daemon). Empty returns no domain.
+	Domain string
+	// Logger receives request-level logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server serves E2B's control-plane API and envd API for one Manager. It
+// is safe for concurrent use. Close ends its streams and polling watchers.
+type Server struct {
+	cfg      Config
+	m        *sandbox.Manager
+	log      *slog.Logger
+	control  *http.ServeMux
+	rpcs     map[string]rpcMethod
+	watchers *watcherSet
+
+	closing   chan struct{} // closed by Close: streams end
+	closeOnce sync.Once
+}
+
+// New returns a Server with every route registered. It starts nothing:
+// goroutines exist only while requests or polling watchers do.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg, m: cfg.Manager, log: cfg.Logger, control: http.NewServeMux(), closing: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.watchers = newWatcherSet(s)
+	s.routeControl()
+	s.rpcs = s.rpcMethods()
+	return s
+}
+
+// Close ends every streaming call in flight (their clients see the stream
+// end with "unavailable"; the processes they follow keep running), stops
+// the polling watchers and waits for their goroutines. Call it before
+// shutting the HTTP server down, which would otherwise wait for streams
+// that never end. Later calls are no-ops.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.watchers.close()
+	return nil
+}
+
+// Handler returns the handler of both surfaces. A request that names a
+// sandbox (E2b-Sandbox-Id, or a 49983-<id>.<domain> host) goes to envd;
+// any other to the control plane. Point E2B_API_URL and E2B_SANDBOX_URL at
+// the same listener.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.APIKey == "" {
+			writeAPIError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "the E2B API is disabled: the daemon has no API key"))
+			return
+		}
+		if id, port := sandboxOf(r); id != "" {
+			s.serveEnvd(w, r, id, port)
+			return
+		}
+		if isRPCPath(r.URL.Path) {
+			writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument,
+				"no sandbox named: envd requests need the E2b-Sandbox-Id header (set E2B_SANDBOX_URL to this server)"))
+			return
+		}
+		if !s.apiKeyOK(r) {
+			writeAPIError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key: send the daemon's API key as X-API-Key (E2B_API_KEY)"))
+			return
+		}
+		s.control.ServeHTTP(w, r)
+	})
+}
+
+// sandboxOf returns the sandbox and port a request addresses: from the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers, or from a host name
+// <port>-<id>.<domain> as E2B's proxy reads it.
+func sandboxOf(r *http.Request) (id, port string) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		port := r.Header.Get("E2b-Sandbox-Port")
+		if port == "" {
+			port = envdPort
+		}
+		return id, port
+	}
+	host, _, _ := strings.Cut(r.Host, ".")
+	if p, id, ok := strings.Cut(host, "-"); ok && id != "" && p != "" && strings.Trim(p, "0123456789") == "" && strings.Contains(r.Host, ".") {
+		return id, p
+	}
+	return "", ""
+}
+
+func isRPCPath(p string) bool {
+	return strings.HasPrefix(p, "/process.Process/") || strings.HasPrefix(p, "/filesystem.Filesystem/")
+}
+
+func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port string) {
+	rpc := isRPCPath(r.URL.Path)
+	fail := func(err error) {
+		if rpc {
+			writeRPCError(w, r, err)
+			return
+		}
+		writeAPIError(w, err)
+	}
+	if port != envdPort {
+		fail(unavailable("sandbox %s: port %s is not reachable: Corral does not expose sandbox ports through the E2B API (only envd's %s)", id, port, envdPort))
+		return
+	}
+	// /files also accepts a signed URL (downloadUrl/uploadUrl); it checks
+	// the signature itself.
+	if !s.envdAuthOK(r, id) && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
+		fail(errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
+		return
+	}
+	switch {
+	case rpc:
+		s.serveRPC(w, r, id)
+	case r.URL.Path == "/files":
+		s.files(w, r, id)
+	case r.URL.Path == "/health":
+		s.envdHealth(w, id)
+	case r.URL.Path == "/envs" && r.Method == http.MethodGet:
+		s.envs(w, id)
+	default:
+		fail(errdefs.Errorf(errdefs.ErrNotFound, "envd route %s %s is not implemented by Corral", r.Method, r.URL.Path))
+	}
+}
+
+// envdHealth answers 204 while the sandbox runs and 502 otherwise, which
+// is how the SDK's isRunning tells a live sandbox from a gone one.
+func (s *Server) envdHealth(w http.ResponseWriter, id string) {
+	if _, err := s.agent(id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// envs answers envd's GET /envs: the sandbox's environment variables.
+func (s *Server) envs(w http.ResponseWriter, id string) {
+	if _, err := s.agent(id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	sb, err := s.m.Get(id)
+	if err != nil {
+		writeAPIError(w, unavailable("%v", err))
+		return
+	}
+	env := sb.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, env)
+}
+
+// agent returns the agent client of a running sandbox. A sandbox that is
+// gone or not running is "unavailable" (HTTP 502 on envd routes), as
+// E2B's proxy answers for a killed sandbox; the SDK then reports that the
+// sandbox was killed or timed out, rather than that a file is missing.
+func (s *Server) agent(id string) (*agent.Client, error) {
+	c, err := s.m.Agent(id)
+	if err != nil {
+		return nil, unavailable("%v", err)
+	}
+	return c, nil
+}
+
+// unavailable returns an error of kind ErrUnavailable.
+func unavailable(format string, args ...any) error {
+	return errdefs.Errorf(errdefs.ErrUnavailable, format, args...)
+}
+
+// accessToken is the envd access token of sandbox id: an HMAC of the ID
+// under the API key, so it needs no storage, survives daemon restarts and
+// changes when the key does.
+func (s *Server) accessToken(id string) string {
+	mac := hmac.New(sha256.New, []byte(s.cfg.APIKey))
+	mac.Write([]byte("corral-e2b-envd-token\x00" + id))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func (s *Server) apiKeyOK(r *http.Request) bool {
+	got := r.Header.Get("X-API-Key")
+	if auth := r.Header.Get("Authorization"); got == "" && strings.HasPrefix(auth, "Bearer ") {
+		got = strings.TrimPrefix(auth, "Bearer ")
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1
+}
+
+func (s *Server) envdAuthOK(r *http.Request, id string) bool {
+	if tok := r.Header.Get("X-Access-Token"); tok != "" {
+		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) == 1
+	}
+	return s.apiKeyOK(r)
+}
+
+// apiError is E2B's error body: {"code": <HTTP status>, "message": "..."}.
+// The SDKs read code to tell "not found" (404) and "already paused" (409)
+// from other failures.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeAPIError writes err in E2B's REST error shape. Unavailable becomes
+// 502, which is what E2B answers for a sandbox that is gone.
+func writeAPIError(w http.ResponseWriter, err error) {
+	status := wire.HTTPStatus(errdefs.Code(err))
+	switch {
+	case errors.Is(err, errdefs.ErrUnavailable):
+		status = http.StatusBadGateway
+	case errors.Is(err, context.DeadlineExceeded):
+		status = http.StatusGatewayTimeout
+	}
+	writeJSON(w, status, apiError{Code: status, Message: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,271 @@
+// Package e2bcompat checks that the official e2b SDK, installed from the
+// npm registry, runs against Corral's E2B facade: Node scripts written
+// only against the SDK's public API run against a live daemon (runc and
+// real storage) with nothing set but E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_API_KEY. A Go test speaks the binary protobuf encoding with the
+// message descriptors shipped inside the same SDK package.
+package e2bcompat
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralrun/corral/internal/testutil"
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// sdkVersion is the e2b npm package the suite is written and checked
+// against; CORRAL_E2B_SDK_VERSION overrides it (e.g. "latest").
+const sdkVersion = "2.51.0"
+
+// harness is a daemon with the E2B facade, and the e2b SDK installed.
+type harness struct {
+	url     string // E2B_API_URL and E2B_SANDBOX_URL
+	apiKey  string
+	sdkDir  string // holds node_modules/e2b
+	client  *corral.Client
+	logs    *syncBuffer
+	base    string
+	cgroup  string
+	cmd     *exec.Cmd
+	stopped bool
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// startHarness builds and starts the daemon with the facade, builds the
+// busybox template "base" (E2B's default template name), installs the
+// SDK, and registers a cleanup that deletes every sandbox, stops the
+// daemon and checks that nothing leaked.
+func startHarness(t *testing.T) *harness {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	testutil.RequiresBinary(t, "busybox")
+	testutil.RequiresBinary(t, "node")
+	testutil.RequiresBinary(t, "npm")
+	corralBin := testutil.CorralBinary(t)
+
+	// Short paths: unix socket addresses are limited to 107 bytes.
+	base, err := os.MkdirTemp("", "corral-e2b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{apiKey: randHex(16), logs: &syncBuffer{}, base: base, cgroup: "/corral-e2bcompat-" + randHex(4)}
+	t.Cleanup(func() {
+		h.cleanup(t)
+		os.RemoveAll(base)
+	})
+	h.sdkDir = installSDK(t)
+
+	server := filepath.Join(base, "e2bserver")
+	build := exec.Command("go", "build", "-o", server, "./test/e2bcompat/e2bserver")
+	build.Dir = moduleRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building e2bserver: %v\n%s", err, out)
+	}
+	socket, addrFile := filepath.Join(base, "corral.sock"), filepath.Join(base, "addr")
+	h.cmd = exec.Command(server, "--state-dir", filepath.Join(base, "state"), "--socket", socket,
+		"--storage", "overlay", "--cgroup-parent", h.cgroup, "--agent", corralBin,
+		"--api-key", h.apiKey, "--e2b-listen", "127.0.0.1:0", "--addr-file", addrFile)
+	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
+	if err := h.cmd.Start(); err != nil {
+		t.Fatalf("starting e2bserver: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if addr, err := os.ReadFile(addrFile); err == nil && len(addr) > 0 {
+			h.url = "http://" + string(addr)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e2bserver did not come up\nlogs:\n%s", h.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if h.client, err = corral.New("unix://"+socket, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := h.client.BuildTemplate(ctx, "base", corral.BuildOptions{Recipe: "busybox"}, nil); err != nil {
+		t.Fatalf("building the busybox template: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	return h
+}
+
+// installSDK installs the e2b package once per version into a cache under
+// the temporary directory and returns the directory holding node_modules.
+func installSDK(t *testing.T) string {
+	t.Helper()
+	version := sdkVersion
+	if v := os.Getenv("CORRAL_E2B_SDK_VERSION"); v != "" {
+		version = v
+	}
+	dir := filepath.Join(os.TempDir(), "corral-e2bcompat-npm", "e2b-"+version)
+	if version != "latest" {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
+			return dir
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "install-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private":true,"type":"module"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+version)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install e2b@%s: %v\n%s", version, err, out)
+	}
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		t.Fatalf("caching the SDK: %v", err)
+	}
+	return dir
+}
+
+// node runs a script of testdata with the SDK, pointed at the daemon.
+func (h *harness) node(t *testing.T, script string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{script, "check.mjs"} {
+		b, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(h.sdkDir, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir = dir
+	// Only the three variables of the docs point the SDK at Corral; no
+	// E2B_DEBUG, E2B_DOMAIN or other setting of the caller leaks in.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "E2B_API_URL="+h.url, "E2B_SANDBOX_URL="+h.url, "E2B_API_KEY="+h.apiKey)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("%s: %s", script, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s\ndaemon logs (tail):\n%s", script, err, stdout.String(), stderr.String(), tail(h.logs.String(), 60))
+	}
+	return stdout.String()
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// cleanup deletes every sandbox, stops the daemon and checks that no
+// mount, cgroup or sandbox process of it is left.
+func (h *harness) cleanup(t *testing.T) {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return
+	}
+	if h.client != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		list, err := h.client.List(ctx, corral.ListOptions{})
+		if err != nil {
+			t.Errorf("listing sandboxes at cleanup: %v", err)
+		}
+		for _, sb := range list {
+			if err := h.client.Delete(ctx, sb.ID); err != nil {
+				t.Errorf("deleting %s at cleanup: %v", sb.ID, err)
+			}
+		}
+		cancel()
+		h.client.Close()
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("e2bserver exited with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-done
+		t.Errorf("e2bserver did not stop on SIGTERM")
+	}
+	state := filepath.Join(h.base, "state")
+	if m := testutil.Mounts(t, state); len(m) > 0 {
+		t.Errorf("leaked mounts: %v", m)
+	}
+	if c := testutil.CgroupDirs(t, h.cgroup); len(c) > 0 {
+		t.Errorf("leaked cgroups: %v", c)
+	}
+	if p := testutil.ProcessesWithRoot(t, state); len(p) > 0 {
+		t.Errorf("leaked sandbox processes: %v", p)
+	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, r := range append(roots, "/sys/fs/cgroup") {
+		_ = os.Remove(filepath.Join(r, h.cgroup))
+	}
+	if t.Failed() {
+		t.Logf("daemon logs:\n%s", h.logs.String())
+	}
+}

@@ -1,0 +1,52 @@
+// Sandbox lifecycle through the e2b SDK's public API: create, info, list,
+// timeouts, connect, metrics, kill, and the errors of what Corral cannot do.
+import { Sandbox, SandboxNotFoundError } from 'e2b'
+import { check, rejects } from './check.mjs'
+
+const run = `r${Date.now()}`
+const sbx = await Sandbox.create('base', { timeoutMs: 120_000, metadata: { suite: 'e2bcompat', run } })
+try {
+  check(typeof sbx.sandboxId === 'string' && sbx.sandboxId.length > 0, 'sandbox ID')
+  check(await sbx.isRunning(), 'isRunning after create')
+
+  const info = await sbx.getInfo()
+  check(info.sandboxId === sbx.sandboxId, 'getInfo sandboxId')
+  check(info.templateId === 'base', `getInfo templateId ${info.templateId}`)
+  check(info.metadata.run === run, 'getInfo metadata')
+  check(info.state === 'running', `getInfo state ${info.state}`)
+  const life = info.endAt.getTime() - info.startedAt.getTime()
+  check(life > 110_000 && life <= 121_000, `timeout 120 s gave a life of ${life} ms`)
+
+  await sbx.setTimeout(600_000)
+  const later = await sbx.getInfo()
+  check(later.endAt.getTime() - Date.now() > 590_000, 'setTimeout extended the deadline')
+
+  const page = await Sandbox.list({ query: { metadata: { run }, state: ['running'] } }).nextItems()
+  check(page.length === 1 && page[0].sandboxId === sbx.sandboxId, `list by metadata: ${JSON.stringify(page)}`)
+  const none = await Sandbox.list({ query: { metadata: { run: 'other' } } }).nextItems()
+  check(none.length === 0, 'list by other metadata is empty')
+
+  const again = await Sandbox.connect(sbx.sandboxId)
+  check((await again.commands.run('echo connected')).stdout === 'connected\n', 'command through a connected handle')
+
+  const metrics = await sbx.getMetrics()
+  check(Array.isArray(metrics) && metrics.length >= 1 && metrics[0].memTotal > 0, `metrics ${JSON.stringify(metrics)}`)
+
+  // E2B's default template is "base": Sandbox.create() with no name.
+  const dflt = await Sandbox.create()
+  check((await dflt.getInfo()).templateId === 'base', 'default template')
+  await dflt.kill()
+
+  // What Corral does not do fails with a message naming the limit.
+  await rejects(Sandbox.create('no-such-template'), /template "no-such-template" not found/, 'unknown template')
+  await rejects(Sandbox.create('base', { allowInternetAccess: true }), /no network/, 'internet access')
+  await rejects(Sandbox.create('base', { lifecycle: { onTimeout: 'pause' } }), /autoPause/, 'pause on timeout')
+  await rejects(sbx.pause(), /pausing sandboxes is not supported/, 'pause')
+} finally {
+  await sbx.kill()
+}
+check(!(await sbx.isRunning()), 'isRunning after kill')
+check((await Sandbox.kill(sbx.sandboxId)) === false, 'Sandbox.kill of a killed sandbox is false')
+await rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError, 'connect to a killed sandbox')
+await rejects(sbx.commands.run('echo'), /not running|not found|killed|timeout/i, 'command in a killed sandbox')
+console.log('ok lifecycle')
