@@ -119,14 +119,15 @@ func (c *Client) Exec(ctx context.Context, req wire.ExecRequest, fn func(wire.Ex
 	}
 }
 
+// streamError classifies a failure to read the next event of a stream.
 func streamError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("reading exec stream: %w", ctxErr)
+		return fmt.Errorf("reading event stream: %w", ctxErr)
 	}
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	if errors.As(err, &syntax) || errors.As(err, &typ) {
-		return errdefs.Errorf(errdefs.ErrInternal, "reading exec stream: malformed event: %v", err)
+		return errdefs.Errorf(errdefs.ErrInternal, "reading event stream: malformed event: %v", err)
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF

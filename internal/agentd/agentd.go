@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"os"
@@ -37,8 +38,10 @@ type Options struct {
 //
 // A Server is safe for concurrent use; every request runs on the HTTP
 // server's goroutine, and the goroutines the Server starts itself (one per
-// running process plus its output pumps, and the reaper under Init) are
-// stopped and waited for by Close.
+// running process plus its output pumps and stdin feeder, and the reaper
+// under Init) are stopped and waited for by Close. Streams that do not end
+// with a process (watches) are ended by Close too; request handlers start
+// only helpers they wait for before returning.
 type Server struct {
 	opts  Options
 	log   *slog.Logger
@@ -49,6 +52,13 @@ type Server struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+
+	// streams holds the cancel functions of open streams that do not end
+	// by themselves when the processes are gone (watches), for Close.
+	streamsMu   sync.Mutex
+	streams     map[uint64]context.CancelFunc
+	nextStream  uint64
+	streamsDone bool
 }
 
 // NewServer returns an agent server. It opens Root (when set) and, under
@@ -59,7 +69,7 @@ func NewServer(opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: log}
+	s := &Server{opts: opts, log: log, streams: make(map[uint64]context.CancelFunc)}
 	if root := filepath.Clean(opts.Root); opts.Root == "" || root == "/" {
 		s.fs = hostFS{}
 	} else if r, err := os.OpenRoot(root); err != nil {
@@ -84,6 +94,19 @@ func NewServer(opts Options) *Server {
 	mux.HandleFunc("GET /files/list", s.handleList)
 	mux.HandleFunc("POST /files/mkdir", s.handleMkdir)
 	mux.HandleFunc("POST /files/rename", s.handleRename)
+	mux.HandleFunc("GET /files/archive", s.handleReadArchive)
+	mux.HandleFunc("PUT /files/archive", s.handleWriteArchive)
+	mux.HandleFunc("GET /files/watch", s.handleWatch)
+	mux.HandleFunc("POST /processes", s.handleStart)
+	mux.HandleFunc("GET /processes", s.handleProcesses)
+	mux.HandleFunc("GET /processes/{pid}", s.handleProcess)
+	mux.HandleFunc("DELETE /processes/{pid}", s.handleRemoveProcess)
+	mux.HandleFunc("GET /processes/{pid}/output", s.handleOutput)
+	mux.HandleFunc("POST /processes/{pid}/stdin", s.handleStdin)
+	mux.HandleFunc("DELETE /processes/{pid}/stdin", s.handleCloseStdin)
+	mux.HandleFunc("POST /processes/{pid}/signal", s.handleSignal)
+	mux.HandleFunc("POST /processes/{pid}/resize", s.handleResize)
+	mux.HandleFunc("GET /processes/{pid}/wait", s.handleWait)
 	s.mux = mux
 	return s
 }
@@ -94,12 +117,19 @@ func (s *Server) Handler() http.Handler { return s.mux }
 
 // Close kills all processes started by the server (SIGKILL to each process
 // group), waits until each is reaped and its output goroutines have ended,
-// stops the reaper and releases Root. Execs that arrive afterwards fail
-// with ErrUnavailable; streams still open receive their exit events. Close
-// is idempotent and blocks for as long as a killed process takes to die.
+// ends watch streams, stops the reaper and releases Root. Requests that
+// arrive afterwards fail with ErrUnavailable; exec and output streams
+// still open receive their exit events. Close is idempotent and blocks for
+// as long as a killed process takes to die.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.streamsMu.Lock()
+		s.streamsDone = true
+		for _, cancel := range s.streams {
+			cancel()
+		}
+		s.streamsMu.Unlock()
 		s.procs.close()
 		if rf, ok := s.fs.(rootFS); ok {
 			if err := rf.r.Close(); err != nil {
@@ -123,6 +153,43 @@ func (s *Server) files() (fileSystem, error) {
 		return nil, s.fsErr
 	}
 	return s.fs, nil
+}
+
+// trackStream returns a context for a stream that Close must end, and a
+// function to call when the stream is over.
+func (s *Server) trackStream(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streamsDone {
+		cancel()
+		return ctx, func() {}
+	}
+	id := s.nextStream
+	s.nextStream++
+	s.streams[id] = cancel
+	return ctx, func() {
+		s.streamsMu.Lock()
+		delete(s.streams, id)
+		s.streamsMu.Unlock()
+		cancel()
+	}
+}
+
+// afterFunc runs f in its own goroutine once ctx is done, like
+// context.AfterFunc, but the returned stop also waits for a run of f that
+// has begun, so nothing is left running when the caller returns.
+func afterFunc(ctx context.Context, f func()) (stop func()) {
+	ran := make(chan struct{})
+	stopFn := context.AfterFunc(ctx, func() {
+		defer close(ran)
+		f()
+	})
+	return func() {
+		if !stopFn() {
+			<-ran
+		}
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -46,7 +46,17 @@
 //
 // Each process keeps the last 1 MiB of its output for re-attach; exited
 // background processes are kept (the newest 256) until removed. Foreground
-// /exec processes appear in GET /processes while they run.
+// /exec processes appear in GET /processes while they run; their output
+// goes only to their exec stream, so /output refuses them.
+//
+// Output is never held back for a reader: a follower that falls more than
+// the buffer behind resumes at the oldest byte still kept, and that
+// chunk's Dropped says how many bytes it skipped. Stdin takes one writer
+// at a time (the initial Stdin first); a later writer waits its turn.
+// Closing a terminal's stdin sends ^D and leaves the terminal open. A PTY
+// process without cmd or shell runs the user's login shell from the
+// sandbox's /etc/passwd (else /bin/sh) as "-sh"; TERM defaults to
+// xterm-256color.
 //
 // Trees and change notification:
 //
@@ -55,6 +65,11 @@
 //	                                   entries that would land outside P are refused
 //	GET    /files/watch?path=P&recursive=true
 //	                                -> NDJSON wire.WatchEvent until the client leaves
+//	                                   (or P itself goes away)
+//
+// Uploaded archives are refused when an entry's name is absolute too,
+// although it could be placed inside P: in an upload it means a path on
+// the client's side.
 //
 // Paths must be absolute. Errors are wire.ErrorBody with the matching HTTP
 // status. An exec that cannot start (no such executable, bad cwd or user)

@@ -96,10 +96,29 @@ func exitEvent(st exitStatus) wire.ExecEvent {
 	return wire.ExecEvent{Type: wire.EventExit, ExitCode: &code, Signal: st.signal, TimedOut: st.timedOut}
 }
 
-// prepare validates req and resolves everything a process needs before it
-// is forked, so that failures become errors with the right kind rather than
-// an errno from the child.
+// prepare validates an exec request and resolves everything a process
+// needs before it is forked, so that failures become errors with the
+// right kind rather than an errno from the child.
 func (s *Server) prepare(req *wire.ExecRequest) (procSpec, error) {
+	return s.prepareWith(req, nil)
+}
+
+// prepareStart is prepare for a process that outlives its request.
+func (s *Server) prepareStart(req *wire.StartRequest) (procSpec, error) {
+	spec, err := s.prepareWith(&req.ExecRequest, req.PTY)
+	if err != nil {
+		return procSpec{}, err
+	}
+	spec.background = true
+	spec.openStdin = req.OpenStdin
+	spec.user = req.User
+	spec.tag = req.Tag
+	return spec, nil
+}
+
+// prepareWith validates req for a process on the terminal term (nil: on
+// pipes). Without a command, a terminal runs the user's login shell.
+func (s *Server) prepareWith(req *wire.ExecRequest, term *wire.PTYSize) (procSpec, error) {
 	var argv []string
 	switch {
 	case len(req.Cmd) > 0 && req.Shell != "":
@@ -108,10 +127,10 @@ func (s *Server) prepare(req *wire.ExecRequest) (procSpec, error) {
 		argv = req.Cmd
 	case req.Shell != "":
 		argv = []string{"/bin/sh", "-c", req.Shell}
-	default:
+	case term == nil:
 		return procSpec{}, errorf(errdefs.ErrInvalidArgument, "exec request needs cmd or shell")
 	}
-	if argv[0] == "" {
+	if len(argv) > 0 && argv[0] == "" {
 		return procSpec{}, errorf(errdefs.ErrInvalidArgument, "exec request has an empty command name")
 	}
 	if req.TimeoutMS < 0 {
@@ -125,12 +144,17 @@ func (s *Server) prepare(req *wire.ExecRequest) (procSpec, error) {
 	if err != nil {
 		return procSpec{}, err
 	}
+	if _, ok := req.Env["TERM"]; term != nil && !ok {
+		env = append(env, "TERM="+defaultTerm)
+	}
 	dir, err := workDir(req.Cwd, acct.home)
 	if err != nil {
 		return procSpec{}, err
 	}
-	exe, err := lookPath(argv[0], pathOf(env), dir)
-	if err != nil {
+	exe := ""
+	if argv == nil {
+		exe, argv = loginShell(acct.shell)
+	} else if exe, err = lookPath(argv[0], pathOf(env), dir); err != nil {
 		return procSpec{}, err
 	}
 	return procSpec{
@@ -141,7 +165,21 @@ func (s *Server) prepare(req *wire.ExecRequest) (procSpec, error) {
 		cred:    acct.cred,
 		stdin:   req.Stdin,
 		timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
+		term:    term,
 	}, nil
+}
+
+// loginShell returns the executable and argv of a login shell: the
+// account's shell when it exists, else /bin/sh, with argv[0] prefixed by
+// "-" as login(1) does, which makes every common shell read its profile.
+func loginShell(shell string) (exe string, argv []string) {
+	exe = "/bin/sh"
+	if shell != "" && filepath.IsAbs(shell) {
+		if fi, err := os.Stat(shell); err == nil && fi.Mode().IsRegular() {
+			exe = shell
+		}
+	}
+	return exe, []string{"-" + filepath.Base(exe)}
 }
 
 // buildEnv starts from a small sane environment and lets the request

@@ -29,6 +29,13 @@ type fileSystem interface {
 	Remove(name string) error
 	RemoveAll(name string) error
 	Rename(oldname, newname string) error
+	// PinDir opens the directory name and returns a host path that the
+	// kernel resolves to that very directory until release is called,
+	// for APIs that take a path (inotify, the tar extractor). Under a
+	// Root it is /proc/self/fd/N of a descriptor opened inside the root,
+	// so a later swap of a path component for a symlink cannot redirect
+	// it.
+	PinDir(name string) (target string, release func(), err error)
 }
 
 // hostFS is the agent's own view. Inside a sandbox that is the sandbox's
@@ -47,6 +54,16 @@ func (hostFS) Chmod(name string, mode os.FileMode) error    { return os.Chmod(na
 func (hostFS) Remove(name string) error                     { return os.Remove(name) }
 func (hostFS) RemoveAll(name string) error                  { return os.RemoveAll(name) }
 func (hostFS) Rename(oldname, newname string) error         { return os.Rename(oldname, newname) }
+func (hostFS) PinDir(name string) (string, func(), error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return "", nil, err
+	}
+	if !fi.IsDir() {
+		return "", nil, syscall.ENOTDIR
+	}
+	return name, func() {}, nil
+}
 
 // rootFS confines every operation to a directory on the host with os.Root:
 // ".." and symbolic links that would leave it fail.
@@ -72,6 +89,13 @@ func (f rootFS) Remove(name string) error                     { return f.r.Remov
 func (f rootFS) RemoveAll(name string) error                  { return f.r.RemoveAll(rel(name)) }
 func (f rootFS) Rename(oldname, newname string) error {
 	return f.r.Rename(rel(oldname), rel(newname))
+}
+func (f rootFS) PinDir(name string) (string, func(), error) {
+	d, err := f.r.OpenFile(rel(name), os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	return "/proc/self/fd/" + strconv.Itoa(int(d.Fd())), func() { d.Close() }, nil
 }
 
 // sandboxPath validates a path from a request and cleans it.

@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 // and a client connected to it.
 type testAgent struct {
 	root   string
+	sock   string
 	srv    *agentd.Server
 	client *agent.Client
 }
@@ -65,7 +66,7 @@ func startAgentWith(t testing.TB, opts agentd.Options) *testAgent {
 		}
 		<-served
 	})
-	return &testAgent{root: opts.Root, srv: srv, client: c}
+	return &testAgent{root: opts.Root, sock: sock, srv: srv, client: c}
 }
 
 // shortTempDir returns a temporary directory with a short path: unix socket

@@ -15,9 +15,10 @@ import (
 
 // account is who a process runs as.
 type account struct {
-	name string // "" when the uid has no passwd entry
-	home string
-	cred *syscall.Credential // nil: the agent's own user
+	name  string // "" when the uid has no passwd entry
+	home  string
+	shell string              // login shell; "" when the passwd entry names none
+	cred  *syscall.Credential // nil: the agent's own user
 }
 
 // passwdEntry is the part of an /etc/passwd line the agent uses.
@@ -25,6 +26,7 @@ type passwdEntry struct {
 	name     string
 	uid, gid uint32
 	home     string
+	shell    string
 }
 
 // lookupAccount resolves an exec request's user: "" (the agent's own user),
@@ -41,7 +43,7 @@ func (s *Server) lookupAccount(spec string) (account, error) {
 		case err != nil:
 			return account{}, err
 		case ok:
-			return account{name: e.name, home: homeOr(e.home)}, nil
+			return account{name: e.name, home: homeOr(e.home), shell: e.shell}, nil
 		case uid == 0:
 			return account{name: "root", home: "/root"}, nil
 		default:
@@ -109,9 +111,10 @@ func (s *Server) lookupAccount(spec string) (account, error) {
 		}
 	}
 	return account{
-		name: e.name,
-		home: homeOr(e.home),
-		cred: &syscall.Credential{Uid: e.uid, Gid: gid, Groups: groups},
+		name:  e.name,
+		home:  homeOr(e.home),
+		shell: e.shell,
+		cred:  &syscall.Credential{Uid: e.uid, Gid: gid, Groups: groups},
 	}, nil
 }
 
@@ -137,7 +140,7 @@ func (s *Server) findPasswd(match func(passwdEntry) bool) (passwdEntry, bool, er
 		if err1 != nil || err2 != nil {
 			return true
 		}
-		e := passwdEntry{name: fields[0], uid: uint32(uid), gid: uint32(gid), home: fields[5]}
+		e := passwdEntry{name: fields[0], uid: uint32(uid), gid: uint32(gid), home: fields[5], shell: fields[6]}
 		if match(e) {
 			found, ok = e, true
 			return false

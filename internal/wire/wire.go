@@ -81,7 +81,9 @@ type ExecEvent struct {
 	// misses nothing and sees nothing twice.
 	Offset int64 `json:"offset,omitempty"`
 	// Dropped is, on the start event of a re-attach, how many bytes before
-	// the requested position were no longer buffered.
+	// the requested position were no longer buffered. On an output event
+	// it is how many bytes a follower that fell more than the buffer
+	// behind missed just before this chunk (Offset jumps by as much).
 	Dropped int64 `json:"dropped,omitempty"`
 }
 
@@ -269,8 +271,12 @@ type WatchEvent struct {
 	// means events were lost and the client should rescan.
 	Type string `json:"type"`
 	// Path is absolute inside the sandbox.
-	Path string    `json:"path"`
-	Time time.Time `json:"time"`
+	Path string `json:"path"`
+	// OldPath is, on a rename within the watched tree, where the entry
+	// was before (Path is where it is now). A rename event without it
+	// means the entry at Path moved out of the watched tree.
+	OldPath string    `json:"old_path,omitempty"`
+	Time    time.Time `json:"time"`
 	// IsDir is true when the changed entry is a directory.
 	IsDir bool `json:"is_dir,omitempty"`
 }
