@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ func Main(args []string) int {
 	fl.SetOutput(os.Stderr)
 	listenFD := fl.Int("listen-fd", -1, "inherited `fd` of a listening stream socket to serve on")
 	readyFD := fl.Int("ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
+	dial := fl.String("dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -54,11 +56,14 @@ func Main(args []string) int {
 		ready = nil
 	}
 
-	ln, err := listener(*listenFD)
-	if err != nil {
-		log.Error("agent start-up failed", "error", err)
-		report("error: " + err.Error() + "\n")
-		return 1
+	var ln net.Listener
+	if *dial == "" {
+		var err error
+		if ln, err = listener(*listenFD); err != nil {
+			log.Error("agent start-up failed", "error", err)
+			report("error: " + err.Error() + "\n")
+			return 1
+		}
 	}
 
 	asInit := os.Getpid() == 1
@@ -68,6 +73,9 @@ func Main(args []string) int {
 		}
 	}
 	srv := NewServer(Options{Version: version(), Logger: log, Init: asInit})
+	if *dial != "" {
+		return serveDialMode(*dial, srv, log, report, asInit)
+	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -96,6 +104,27 @@ func Main(args []string) int {
 		closeServers(srv, hs)
 	}
 	return code
+}
+
+// serveDialMode serves srv over connections the agent dials to path until
+// SIGTERM or SIGINT. The first successful dial is the agent's readiness.
+func serveDialMode(path string, srv *Server, log *slog.Logger, report func(string), asInit bool) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	var once sync.Once
+	err := ServeDialing(ctx, path, srv.Handler(), log, func() {
+		once.Do(func() {
+			log.Info("agent ready", "pid", os.Getpid(), "init", asInit, "dial", path)
+			report("ok\n")
+		})
+	})
+	srv.Close()
+	if ctx.Err() != nil {
+		log.Info("agent shut down")
+		return 0
+	}
+	log.Error("agent serving failed", "error", err)
+	return 1
 }
 
 // closeServers closes srv, then hs. Open exec streams end with the exit
