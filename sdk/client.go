@@ -7,6 +7,11 @@
 //	sb, err := c.Create(ctx, corral.CreateOptions{Template: "default"})
 //	res, err := c.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"python3", "-c", "print(6*7)"}, Stdout: os.Stdout})
 //	err = c.Delete(ctx, sb.ID)
+//
+// Processes that outlive a call (StartProcess, Output, Attach, SendStdin,
+// Signal, Wait) keep running when the client goes away and can be
+// re-attached by PID; Upload, Download, UploadDir and DownloadDir move
+// trees as tar streams, and Watch follows changes under a directory.
 package corral
 
 import (

@@ -22,6 +22,14 @@ type FileInfo struct {
 	Target  string    `json:"target,omitempty"`
 }
 
+// File types in FileInfo.Type.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
 func filesPath(id, suffix string) string {
 	return "/v1/sandboxes/" + url.PathEscape(id) + "/files" + suffix
 }

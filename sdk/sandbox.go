@@ -204,6 +204,33 @@ type execEvent struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+	Offset  int64 `json:"offset"`
+	Dropped int64 `json:"dropped"`
+}
+
+// bytes returns the output an output event carries.
+func (ev *execEvent) bytes() []byte {
+	if ev.Text != "" {
+		return []byte(ev.Text)
+	}
+	return ev.Data
+}
+
+// result returns the exit status an exit event carries.
+func (ev *execEvent) result(pid int) *ExecResult {
+	res := &ExecResult{PID: pid, Signal: ev.Signal, OOMKilled: ev.OOMKilled, TimedOut: ev.TimedOut}
+	if ev.ExitCode != nil {
+		res.ExitCode = *ev.ExitCode
+	}
+	return res
+}
+
+// err returns the error an error event carries.
+func (ev *execEvent) err() error {
+	if ev.Error != nil {
+		return &Error{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message}
+	}
+	return &Error{Status: 200, Code: CodeInternal, Message: "stream failed without a reason"}
 }
 
 // Exec runs a process in a sandbox, streams its output to opts.Stdout and
@@ -221,7 +248,7 @@ func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecRe
 		return nil, err
 	}
 	defer resp.Body.Close()
-	res := &ExecResult{}
+	pid := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
 	for sc.Scan() {
@@ -231,32 +258,21 @@ func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecRe
 		}
 		switch ev.Type {
 		case "start":
-			res.PID = ev.PID
+			pid = ev.PID
 		case "stdout", "stderr":
 			w := opts.Stdout
 			if ev.Type == "stderr" {
 				w = opts.Stderr
 			}
 			if w != nil {
-				data := ev.Data
-				if ev.Text != "" {
-					data = []byte(ev.Text)
-				}
-				if _, err := w.Write(data); err != nil {
+				if _, err := w.Write(ev.bytes()); err != nil {
 					return nil, fmt.Errorf("writing %s: %w", ev.Type, err)
 				}
 			}
 		case "exit":
-			if ev.ExitCode != nil {
-				res.ExitCode = *ev.ExitCode
-			}
-			res.Signal, res.OOMKilled, res.TimedOut = ev.Signal, ev.OOMKilled, ev.TimedOut
-			return res, nil
+			return ev.result(pid), nil
 		case "error":
-			if ev.Error != nil {
-				return nil, &Error{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message}
-			}
-			return nil, &Error{Status: 200, Code: CodeInternal, Message: "exec failed"}
+			return nil, ev.err()
 		}
 	}
 	if err := sc.Err(); err != nil {

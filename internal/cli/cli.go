@@ -71,6 +71,12 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"inspect":  c.inspect,
 		"timeout":  c.timeout,
 		"template": c.template,
+		"shell":    c.shell,
+		"attach":   c.attach,
+		"ps":       c.ps,
+		"logs":     c.logs,
+		"kill":     c.kill,
+		"cp":       c.cp,
 	}
 	h, ok := handlers[cmd]
 	if !ok {
@@ -88,10 +94,26 @@ Sandboxes:
   run [flags] -- CMD...        create a sandbox, run CMD, print its output, destroy it
   create [flags]               create a sandbox and print its ID
   exec [flags] ID -- CMD...    run CMD in a sandbox; exits with its status
+                               (-d: start it in the background and print its PID)
+  shell [flags] ID [-- CMD...] interactive terminal (default: the user's login shell);
+                               exits with the remote status
   ls [--state S] [-q]          list sandboxes
   inspect ID                   show a sandbox as JSON
   timeout ID DURATION          set a sandbox's deadline to now+DURATION (0: none)
   rm ID...                     destroy sandboxes
+
+Processes:
+  ps ID                        list processes (running, and exited ones kept)
+  logs [-f] [--from N] ID PID  print a process's output (replay, then follow with -f)
+  attach [-i] ID PID           connect to a process (PTY: Ctrl-] detaches; the process keeps running)
+  kill [-s SIG] ID PID         signal a process (default SIGKILL)
+
+Files:
+  cp SRC DST                   copy between the host and a sandbox; one side is ID:/path.
+                               Like docker cp: a file onto an existing directory goes
+                               inside it; a directory onto an existing directory goes
+                               inside it as DIR/<name> (SRC ending in /. copies only its
+                               contents); a directory onto a missing path creates it.
 
 Templates:
   template ls | build NAME [--recipe debian|busybox] | import NAME FILE.tar | rm NAME
@@ -138,10 +160,11 @@ func (c *cli) flags(name string) *flag.FlagSet {
 	return fs
 }
 
-// signalContext is canceled on SIGINT or SIGTERM, so that an interrupted
-// run still destroys its sandbox.
+// signalContext is canceled on SIGINT, SIGTERM or SIGHUP, so that an
+// interrupted run still destroys its sandbox and a shell whose terminal
+// went away still restores it and removes its remote process.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 }
 
 // createFlags are the flags shared by create and run.

@@ -98,6 +98,15 @@ func TestUsageErrors(t *testing.T) {
 		{"bad env", []string{"run", "-e", "NOEQUALS", "--", "true"}, "must be KEY=VALUE"},
 		{"bad memory", []string{"create", "--memory", "lots"}, "invalid memory"},
 		{"template without sub", []string{"template"}, "usage: corral template"},
+		{"shell without id", []string{"shell"}, "usage: corral shell"},
+		{"logs without pid", []string{"logs", "abc"}, "usage: corral logs"},
+		{"logs with bad pid", []string{"logs", "abc", "x"}, "invalid process ID"},
+		{"kill without pid", []string{"kill", "abc"}, "usage: corral kill"},
+		{"attach without pid", []string{"attach", "abc"}, "usage: corral attach"},
+		{"ps without id", []string{"ps"}, "usage: corral ps"},
+		{"cp both local", []string{"cp", "a", "b"}, "exactly one of SRC and DST"},
+		{"cp both remote", []string{"cp", "x:/a", "y:/b"}, "exactly one of SRC and DST"},
+		{"cp one arg", []string{"cp", "x:/a"}, "usage: corral cp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

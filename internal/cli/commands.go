@@ -172,6 +172,10 @@ func (c *cli) exec(args []string) int {
 	fs := c.flags("exec")
 	var ef execFlags
 	ef.register(fs, true)
+	var detach bool
+	fs.BoolVar(&detach, "d", false, "start the command in the background and print its PID (see ps, logs, attach, kill)")
+	fs.BoolVar(&detach, "detach", false, "same as -d")
+	tag := fs.String("tag", "", "label shown by ps (with -d)")
 	before, cmd := splitCommand(args)
 	if err := fs.Parse(before); err != nil {
 		return exitUsage
@@ -203,6 +207,9 @@ func (c *cli) exec(args []string) int {
 	defer client.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
+	if detach {
+		return c.execDetached(ctx, client, id, eopts, *tag)
+	}
 	res, err := client.Exec(ctx, id, eopts)
 	if err != nil {
 		return c.fail(err)

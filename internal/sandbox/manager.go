@@ -514,30 +514,15 @@ func (m *Manager) Agent(id string) (*agent.Client, error) {
 // When a process dies of SIGKILL and the sandbox's OOM-kill count rose
 // meanwhile, the exit event says OOMKilled.
 func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn func(wire.ExecEvent) error) error {
-	m.mu.RLock()
-	e, ok := m.sandboxes[id]
-	if !ok {
-		m.mu.RUnlock()
-		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	e, client, runtime, env, err := m.running(id, req.Env)
+	if err != nil {
+		return err
 	}
-	if e.sb.State != StateRunning || e.agent == nil {
-		st := e.sb.State
-		m.mu.RUnlock()
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, st)
-	}
-	client, runtime := e.agent, e.sb.Runtime
-	if len(e.sb.Env) > 0 {
-		env := cloneMap(e.sb.Env)
-		for k, v := range req.Env {
-			env[k] = v
-		}
-		req.Env = env
-	}
-	m.mu.RUnlock()
+	req.Env = env
 
 	drv := m.drivers[runtime]
 	before, statsErr := drv.Stats(ctx, id)
-	err := client.Exec(ctx, req, func(ev wire.ExecEvent) error {
+	err = client.Exec(ctx, req, func(ev wire.ExecEvent) error {
 		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && statsErr == nil {
 			if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
 				ev.OOMKilled = true
@@ -549,6 +534,44 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 		m.checkAlive(context.WithoutCancel(ctx), e)
 	}
 	return err
+}
+
+// StartProcess starts a process that outlives the request (see
+// agent.Client.StartProcess) in a running sandbox. As with Exec, the
+// sandbox's environment is the base of the process's.
+func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartRequest) (wire.ProcessInfo, error) {
+	e, client, _, env, err := m.running(id, req.Env)
+	if err != nil {
+		return wire.ProcessInfo{}, err
+	}
+	req.Env = env
+	info, err := client.StartProcess(ctx, req)
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		m.checkAlive(context.WithoutCancel(ctx), e)
+	}
+	return info, err
+}
+
+// running returns a running sandbox's entry, agent and runtime, and the
+// environment of a process in it: the sandbox's, overridden by env.
+func (m *Manager) running(id string, env map[string]string) (*entry, *agent.Client, string, map[string]string, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.sandboxes[id]
+	if !ok {
+		return nil, nil, "", nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	if e.sb.State != StateRunning || e.agent == nil {
+		return nil, nil, "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
+	}
+	if len(e.sb.Env) > 0 {
+		merged := cloneMap(e.sb.Env)
+		for k, v := range env {
+			merged[k] = v
+		}
+		env = merged
+	}
+	return e, e.agent, e.sb.Runtime, env, nil
 }
 
 // checkAlive marks a sandbox as errored when its instance is gone, so that

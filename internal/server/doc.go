@@ -1,6 +1,8 @@
 // Package server is Corral's REST API under /v1: JSON requests and
-// responses, newline-delimited JSON streams for exec and builds, raw bodies
-// for file contents, and errors as {"error":{"code","message"}}. It is the
-// only place where error kinds become HTTP statuses. It translates and
-// validates; every decision belongs to the sandbox.Manager.
+// responses, newline-delimited JSON streams for exec, process output, file
+// watches and builds, raw bodies for file contents and tar archives, a
+// WebSocket for attaching to processes, and errors as
+// {"error":{"code","message"}}. It is the only place where error kinds
+// become HTTP statuses. It translates and validates; every decision
+// belongs to the sandbox.Manager.
 package server

@@ -186,6 +186,13 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Template":             {sandbox.Template{}},
 		"BuildRequest":         {BuildRequest{}},
 		"BuildEvent":           {BuildEvent{}},
+		"StartRequest":         {wire.StartRequest{}},
+		"PTYSize":              {wire.PTYSize{}},
+		"ProcessInfo":          {wire.ProcessInfo{}},
+		"SignalRequest":        {wire.SignalRequest{}},
+		"WatchEvent":           {wire.WatchEvent{}},
+		"AttachControl":        {AttachControl{}},
+		"AttachEvent":          {AttachEvent{}},
 	}
 	// Health is written from a map literal, not a struct.
 	untyped := map[string]bool{"Health": true}
@@ -219,10 +226,17 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 }
 
 // jsonFields returns the sorted JSON names of a struct's fields and, of
-// those, the ones always present in its encoding.
+// those, the ones always present in its encoding. The fields of an
+// embedded struct without a JSON name count as the outer struct's, as
+// encoding/json promotes them.
 func jsonFields(typ reflect.Type) (names, always []string) {
 	for f := range typ.Fields() {
 		tag := f.Tag.Get("json")
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			n, a := jsonFields(f.Type)
+			names, always = append(names, n...), append(always, a...)
+			continue
+		}
 		if !f.IsExported() || tag == "-" {
 			continue
 		}

@@ -87,6 +87,20 @@ func (s *Server) routes() []route {
 		{"GET /v1/sandboxes/{id}/files/list", s.listFiles},
 		{"POST /v1/sandboxes/{id}/files/mkdir", s.mkdir},
 		{"POST /v1/sandboxes/{id}/files/rename", s.rename},
+		{"GET /v1/sandboxes/{id}/files/archive", s.readArchive},
+		{"PUT /v1/sandboxes/{id}/files/archive", s.writeArchive},
+		{"GET /v1/sandboxes/{id}/files/watch", s.watch},
+		{"POST /v1/sandboxes/{id}/processes", s.startProcess},
+		{"GET /v1/sandboxes/{id}/processes", s.listProcesses},
+		{"GET /v1/sandboxes/{id}/processes/{pid}", s.getProcess},
+		{"DELETE /v1/sandboxes/{id}/processes/{pid}", s.removeProcess},
+		{"GET /v1/sandboxes/{id}/processes/{pid}/output", s.processOutput},
+		{"POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.writeStdin},
+		{"DELETE /v1/sandboxes/{id}/processes/{pid}/stdin", s.closeStdin},
+		{"POST /v1/sandboxes/{id}/processes/{pid}/signal", s.signalProcess},
+		{"POST /v1/sandboxes/{id}/processes/{pid}/resize", s.resizeProcess},
+		{"GET /v1/sandboxes/{id}/processes/{pid}/wait", s.waitProcess},
+		{"GET /v1/sandboxes/{id}/processes/{pid}/attach", s.attachProcess},
 		{"GET /v1/templates", s.listTemplates},
 		{"GET /v1/templates/{name}", s.getTemplate},
 		{"PUT /v1/templates/{name}", s.importTemplate},
@@ -335,7 +349,11 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		}
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.Copy(w, body)
+		// A failure midway cuts the response short, so that a file of
+		// unknown size never looks complete.
+		if _, err := io.Copy(w, body); err != nil {
+			panic(http.ErrAbortHandler)
+		}
 		return nil, nil
 	})(w, r)
 }

@@ -23,7 +23,7 @@ import (
 
 // newTestServer serves the API over a Manager with the fake driver, the
 // fake storage and a real SQLite store, and returns an SDK client for it.
-func newTestServer(t *testing.T, apiKey string) (*corral.Client, *httptest.Server) {
+func newTestServer(t testing.TB, apiKey string) (*corral.Client, *httptest.Server) {
 	t.Helper()
 	sock, err := os.MkdirTemp("", "srv-")
 	if err != nil {

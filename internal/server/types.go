@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/wire"
 )
 
 // SandboxView is a sandbox as the API shows it. Environment values are not
@@ -111,4 +112,29 @@ type VersionInfo struct {
 	Version  string                `json:"version"`
 	Storage  string                `json:"storage"`
 	Runtimes []sandbox.RuntimeInfo `json:"runtimes"`
+}
+
+// AttachControl is a text message from the client of a WebSocket attach:
+// {"type":"resize","cols":120,"rows":40}, {"type":"signal","signal":"SIGINT"}
+// or {"type":"close_stdin"}.
+type AttachControl struct {
+	Type   string `json:"type"`
+	Cols   uint16 `json:"cols,omitempty"`
+	Rows   uint16 `json:"rows,omitempty"`
+	Signal string `json:"signal,omitempty"`
+}
+
+// AttachEvent is a text message to the client of a WebSocket attach:
+// "start" first (PID, and Dropped bytes that were no longer buffered),
+// "exit" last (the exit status, after which the server closes the
+// connection with status 1000), and "error" when a control message, stdin
+// or the output stream failed.
+type AttachEvent struct {
+	Type     string            `json:"type"`
+	PID      int               `json:"pid,omitempty"`
+	Dropped  int64             `json:"dropped,omitempty"`
+	ExitCode *int              `json:"exit_code,omitempty"`
+	Signal   string            `json:"signal,omitempty"`
+	TimedOut bool              `json:"timed_out,omitempty"`
+	Error    *wire.ErrorDetail `json:"error,omitempty"`
 }

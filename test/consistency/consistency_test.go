@@ -80,6 +80,9 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"stats", corral.Stats{}, driver.Stats{}},
 		{"version", corral.Version{}, server.VersionInfo{}},
 		{"build options", corral.BuildOptions{}, server.BuildRequest{}},
+		{"process", corral.Process{}, wire.ProcessInfo{}},
+		{"pty size", corral.PTYSize{}, wire.PTYSize{}},
+		{"watch event", corral.WatchEvent{}, wire.WatchEvent{}},
 	}
 	for _, p := range pairs {
 		t.Run(p.name, func(t *testing.T) {
