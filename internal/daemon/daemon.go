@@ -55,8 +55,17 @@ type Config struct {
 	AgentPath string
 	// CgroupParent holds one cgroup per sandbox (default "/corral").
 	CgroupParent string
-	// Defaults and Max bound sandbox resources.
-	Defaults, Max              sandbox.Limits
+	// Defaults fill the resource limits a create leaves out (DefaultLimits()
+	// when entirely zero) and Max bounds them (zero fields: no bound). A
+	// default disk limit needs btrfs storage.
+	Defaults, Max sandbox.Limits
+	// OpenFiles is RLIMIT_NOFILE of every sandbox process
+	// (runc.DefaultOpenFiles when zero).
+	OpenFiles uint64
+	// NoUserNamespaces builds new templates for sandboxes without user
+	// namespaces, whose root is host root (confined by capabilities,
+	// seccomp and namespaces only). Templates built with them keep them.
+	NoUserNamespaces           bool
 	DefaultTimeout, MaxTimeout time.Duration
 	Version                    string
 	Logger                     *slog.Logger
@@ -83,7 +92,13 @@ func (c *Config) setDefaults() error {
 		c.AgentPath = exe
 	}
 	if c.Defaults == (sandbox.Limits{}) {
-		c.Defaults = sandbox.Limits{MilliCPUs: 1000, MemoryBytes: 512 << 20, Pids: 1024}
+		c.Defaults = DefaultLimits()
+	}
+	if err := checkLimits(c.Defaults, c.Max); err != nil {
+		return err
+	}
+	if c.Defaults.DiskBytes > 0 && c.Storage != "btrfs" {
+		return fmt.Errorf("a default disk limit needs btrfs storage: %s cannot enforce one", c.Storage)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -152,6 +167,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.reaper = reaper.New(reaper.Options{Logger: d.log})
 	d.reaper.Start(context.WithoutCancel(ctx))
+	if cfg.NoUserNamespaces {
+		d.log.Warn("user namespaces are off for new templates: root in their sandboxes is root on the host, held back by capabilities, seccomp and namespaces")
+	}
 	rd, err := runc.New(runc.Config{
 		Root:         filepath.Join(cfg.StateDir, "runc"),
 		RuncPath:     cfg.RuncPath,
@@ -159,6 +177,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		CgroupParent: cfg.CgroupParent,
 		Reaper:       d.reaper,
 		Logger:       d.log,
+		OpenFiles:    cfg.OpenFiles,
+		// A sandbox that makes a btrfs subvolume inside its root puts
+		// the data written there outside the root's qgroup, and so
+		// outside its disk limit. Denied whatever the storage: the
+		// ioctls have no other use inside a sandbox.
+		DenyIoctls:     btrfs.SubvolumeIoctls(),
+		UserNamespaces: !cfg.NoUserNamespaces,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting runc driver: %w", err)
@@ -241,6 +266,28 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	if d.lock != nil {
 		_ = d.lock.Close()
 	}
+}
+
+// checkLimits refuses defaults above the maximum: every create that
+// relied on them would fail.
+func checkLimits(def, max sandbox.Limits) error {
+	for _, f := range []struct {
+		name     string
+		def, max int64
+	}{
+		{"cpus (millicpus)", def.MilliCPUs, max.MilliCPUs},
+		{"memory (bytes)", def.MemoryBytes, max.MemoryBytes},
+		{"pids", def.Pids, max.Pids},
+		{"disk (bytes)", def.DiskBytes, max.DiskBytes},
+	} {
+		if f.def < 0 || f.max < 0 {
+			return fmt.Errorf("%s limits must not be negative", f.name)
+		}
+		if f.max > 0 && f.def > f.max {
+			return fmt.Errorf("default %s %d exceeds the maximum %d", f.name, f.def, f.max)
+		}
+	}
+	return nil
 }
 
 // lockDir takes an exclusive lock on dir/daemon.lock so that two daemons

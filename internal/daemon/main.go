@@ -5,10 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/corralrun/corral/internal/driver/runc"
+	"github.com/corralrun/corral/internal/sandbox"
 )
 
 // Main runs `corral server` with args and returns the exit code: it parses
@@ -26,6 +32,17 @@ func Main(args []string, version string) int {
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", "/corral", "cgroup that holds one cgroup per sandbox")
 	fs.DurationVar(&cfg.DefaultTimeout, "default-timeout", 5*time.Minute, "sandbox lifetime when a create names none")
 	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", 0, "longest allowed sandbox lifetime (0: no limit, and sandboxes without deadline are allowed)")
+	cfg.Defaults = DefaultLimits()
+	fs.Var(cpuFlag{&cfg.Defaults.MilliCPUs}, "default-cpus", "CPU limit in cores of a sandbox that names none (0: unlimited)")
+	fs.Var(sizeFlag{&cfg.Defaults.MemoryBytes}, "default-memory", "memory limit of a sandbox that names none, e.g. 512M (0: unlimited)")
+	fs.Int64Var(&cfg.Defaults.Pids, "default-pids", cfg.Defaults.Pids, "process and thread limit of a sandbox that names none (0: unlimited)")
+	fs.Var(sizeFlag{&cfg.Defaults.DiskBytes}, "default-disk", "disk limit of a sandbox that names none, e.g. 10G (0: unlimited; btrfs storage only)")
+	fs.Var(cpuFlag{&cfg.Max.MilliCPUs}, "max-cpus", "largest CPU limit a sandbox may ask for (0: no maximum)")
+	fs.Var(sizeFlag{&cfg.Max.MemoryBytes}, "max-memory", "largest memory limit a sandbox may ask for (0: no maximum)")
+	fs.Int64Var(&cfg.Max.Pids, "max-pids", 0, "largest process limit a sandbox may ask for (0: no maximum)")
+	fs.Var(sizeFlag{&cfg.Max.DiskBytes}, "max-disk", "largest disk limit a sandbox may ask for (0: no maximum)")
+	fs.Uint64Var(&cfg.OpenFiles, "open-files", runc.DefaultOpenFiles, "open files limit (RLIMIT_NOFILE) of every sandbox process")
+	userns := fs.Bool("userns", true, "build new templates for sandboxes in user namespaces, where root is not host root")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -34,6 +51,7 @@ func Main(args []string, version string) int {
 		fmt.Fprintf(os.Stderr, "corral server: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	cfg.NoUserNamespaces = !*userns
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(os.Stderr, "corral server: invalid --log-level %q\n", *logLevel)
@@ -59,4 +77,65 @@ func Main(args []string, version string) int {
 	d.Stop(context.Background())
 	cfg.Logger.Info("corral daemon stopped")
 	return code
+}
+
+// DefaultLimits returns the resource limits of a sandbox that names none,
+// unless flags or Config.Defaults say otherwise.
+func DefaultLimits() sandbox.Limits {
+	return sandbox.Limits{MilliCPUs: 1000, MemoryBytes: 512 << 20, Pids: 1024}
+}
+
+// cpuFlag is a CPU limit in cores ("1.5") stored as millicpus.
+type cpuFlag struct{ v *int64 }
+
+func (f cpuFlag) String() string {
+	if f.v == nil {
+		return "0"
+	}
+	return strconv.FormatFloat(float64(*f.v)/1000, 'f', -1, 64)
+}
+
+func (f cpuFlag) Set(s string) error {
+	c, err := strconv.ParseFloat(s, 64)
+	if err != nil || c < 0 || c > 1<<20 {
+		return fmt.Errorf("want a number of cores like 0.5 or 2")
+	}
+	*f.v = int64(math.Round(c * 1000))
+	return nil
+}
+
+// sizeFlag is a size in bytes written with an optional binary suffix: 512M,
+// 2G, 1.5T; a plain number is bytes.
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return "0"
+	}
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if *f.v%u.size == 0 {
+			return strconv.FormatInt(*f.v/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+
+func (f sizeFlag) Set(s string) error {
+	num := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
+	mult := 1.0
+	if n := len(num); n > 0 {
+		if i := strings.IndexByte("KMGT", num[n-1]); i >= 0 {
+			mult = float64(int64(1) << (10 * (i + 1)))
+			num = num[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 || v*mult > 1<<62 {
+		return fmt.Errorf("want a size like 512M or 10G")
+	}
+	*f.v = int64(v * mult)
+	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
+	"testing"
 
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/wire"
@@ -32,4 +34,13 @@ func execOnce(ctx context.Context, d *Driver, id, script string) (string, error)
 		return nil
 	})
 	return out.String(), err
+}
+
+func fileOwner(t testing.TB, name string) uint32 {
+	t.Helper()
+	fi, err := os.Lstat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Uid
 }

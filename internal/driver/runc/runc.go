@@ -15,10 +15,13 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
@@ -36,6 +39,7 @@ var (
 const (
 	DefaultCgroupParent = "/corral"
 	DefaultStartTimeout = 10 * time.Second
+	DefaultOpenFiles    = 4096
 )
 
 // Files in a sandbox directory.
@@ -77,6 +81,28 @@ type Config struct {
 	// StartTimeout bounds Create from running runc to the agent's ready
 	// line; DefaultStartTimeout when zero.
 	StartTimeout time.Duration
+	// OpenFiles is RLIMIT_NOFILE of every sandbox process;
+	// DefaultOpenFiles when zero. It cannot exceed the daemon's own hard
+	// limit (raising that needs CAP_SYS_RESOURCE).
+	OpenFiles uint64
+	// DenyIoctls are ioctl requests refused inside every sandbox besides
+	// TIOCSTI; the daemon passes the btrfs subvolume ioctls, which would
+	// let a sandbox escape its disk quota.
+	DenyIoctls []uint64
+	// UserNamespaces makes PrepareTemplate shift the owners of new
+	// templates into the sandbox ID range (2^31 and up), and the
+	// sandboxes of such templates run in user namespaces of their own,
+	// where root is an unprivileged host user (see userns.go). Whether a
+	// sandbox gets one is decided by its template, so templates built
+	// with it keep working if it is later turned off. Costs about 2 ms
+	// per Create.
+	UserNamespaces bool
+	// MountDir is where roots of sandboxes with user namespaces are
+	// bind-mounted for runc, with the host-wide record of which namespace
+	// owners are taken (see userns.go); DefaultMountDir when empty. It is
+	// made mode 0711, and every directory above it must be searchable by
+	// others.
+	MountDir string
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -91,6 +117,7 @@ type Driver struct {
 	host      Host
 	stateDir  string
 	boxesDir  string
+	mountDir  string
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
@@ -130,6 +157,20 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.OpenFiles == 0 {
+		cfg.OpenFiles = DefaultOpenFiles
+	}
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		return nil, fmt.Errorf("reading open files limit: %w", err)
+	}
+	if cfg.OpenFiles > nofile.Max {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
+			"open files limit %d exceeds the daemon's own hard limit %d, which runc cannot raise", cfg.OpenFiles, nofile.Max)
+	}
+	if cfg.MountDir == "" {
+		cfg.MountDir = DefaultMountDir
+	}
 	v2, swap, err := detectCgroups()
 	if err != nil {
 		return nil, err
@@ -138,6 +179,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg:      cfg,
 		stateDir: filepath.Join(cfg.Root, "state"),
 		boxesDir: filepath.Join(cfg.Root, "sandboxes"),
+		mountDir: cfg.MountDir,
 		log:      cfg.Logger.With("driver", "runc"),
 		runcPath: runcPath,
 		host: Host{
@@ -145,6 +187,9 @@ func New(cfg Config) (*Driver, error) {
 			CgroupParent:   cfg.CgroupParent,
 			CgroupV2:       v2,
 			SwapAccounting: swap,
+			Arch:           runtime.GOARCH,
+			OpenFiles:      cfg.OpenFiles,
+			DenyIoctls:     slices.Clone(cfg.DenyIoctls),
 		},
 		cgroupsV2: v2,
 	}
@@ -153,7 +198,44 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("creating runc driver directory: %w", err)
 		}
 	}
+	// Made whether or not new templates get user namespaces: existing
+	// ones may have them.
+	if err := prepareMountDir(cfg.MountDir); err != nil {
+		return nil, err
+	}
+	// newUserNS re-executes this binary as an unprivileged user.
+	if fi, err := os.Stat("/proc/self/exe"); err != nil || fi.Mode().Perm()&0o001 == 0 {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
+			"this executable must be executable by other users (mode o+x): it runs unprivileged to make user namespaces")
+	}
 	return d, nil
+}
+
+// prepareMountDir creates dir with mode 0711 and checks that the
+// directories above it are searchable by others.
+func prepareMountDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "mount dir %q is not an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("creating mount dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fmt.Errorf("creating mount dir: %w", err)
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("checking mount dir: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument,
+				"mount dir %s: %s is not searchable by other users (mode %v), which sandbox roots in user namespaces need", dir, p, fi.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
 
 // Name returns "runc".
@@ -232,7 +314,37 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		err = fmt.Errorf("creating container %s: %w", id, err)
 	}()
 
-	config, err := json.MarshalIndent(OCISpec(spec, d.host), "", "\t")
+	var userns UserNS
+	useNS, err := shifted(spec.RootFS)
+	if err != nil {
+		return err
+	}
+	if useNS {
+		n, mnt, err := d.allocSlot(dir)
+		if err != nil {
+			return err
+		}
+		ns, err := newUserNS(ownerID(n))
+		if err != nil {
+			return err
+		}
+		// runc joins the namespace by path; the holder must stay
+		// unreaped until `runc run` has returned.
+		defer ns.Close()
+		// An overlay root's top directory is the upper layer's, made by
+		// storage and owned by host root; sandbox root must own it.
+		if err := shiftRootDir(spec.RootFS); err != nil {
+			return err
+		}
+		if err := bindRoot(spec.RootFS, mnt); err != nil {
+			return err
+		}
+		userns = UserNS{HostID: idBase, Size: idRange, Path: ns.Path}
+		spec.RootFS = mnt
+	} else if d.cfg.UserNamespaces {
+		d.log.Warn("template was built without user namespace support: sandbox root is host root (rebuild the template)", "sandbox_id", id)
+	}
+	config, err := json.MarshalIndent(OCISpec(spec, d.host, userns), "", "\t")
 	if err != nil {
 		return err
 	}
@@ -251,6 +363,13 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	defer ready.Close()
 	if d.cfg.Reaper != nil {
 		d.cfg.Reaper.Watch(pid)
+	}
+	if userns.Size > 0 {
+		// Before the agent is ready, so before it starts any process:
+		// children inherit the limits.
+		if err := setRlimits(pid, rlimits(d.host)); err != nil {
+			return err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("waiting for the agent: %w", err)
@@ -408,6 +527,11 @@ func (d *Driver) destroy(ctx context.Context, id string) error {
 		}
 	}
 	if err := removeCgroups(d.cgroupsV2, cg); err != nil {
+		return err
+	}
+	// Before the directory goes: the slot's owner link points at it, and
+	// a slot whose owner is gone may be taken by another sandbox.
+	if err := d.releaseSlot(dir); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {

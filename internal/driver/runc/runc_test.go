@@ -85,12 +85,29 @@ func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
 
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
-	drivertest.Run(t, drivertest.Harness{
-		New:          func(t *testing.T) driver.Driver { return e.newDriver(t, nil) },
-		RootFS:       func(t *testing.T) string { return testutil.BusyboxRootfs(t) },
-		CgroupParent: e.cgroupParent,
-		Features:     drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true},
-	})
+	for _, userns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("userns=%v", userns), func(t *testing.T) {
+			drivertest.Run(t, drivertest.Harness{
+				New: func(t *testing.T) driver.Driver {
+					return e.newDriver(t, func(c *Config) { c.UserNamespaces = userns })
+				},
+				RootFS: func(t *testing.T) string {
+					rootfs := testutil.BusyboxRootfs(t)
+					if userns {
+						if err := makeAgentMountPoint(rootfs); err != nil {
+							t.Fatal(err)
+						}
+						if err := shiftOwners(rootfs); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return rootfs
+				},
+				CgroupParent: e.cgroupParent,
+				Features:     drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true},
+			})
+		})
+	}
 }
 
 // checkNothingLeft fails unless the driver holds nothing for id: no runc
@@ -341,15 +358,28 @@ func TestStoppedSandbox(t *testing.T) {
 }
 
 // BenchmarkCreateDelete measures Create (bundle to agent ready), the first
-// exec through the agent, and Delete, each as its own metric.
+// exec through the agent, and Delete, each as its own metric, without and
+// with user namespaces.
 func BenchmarkCreateDelete(b *testing.B) {
 	e := newEnv(b)
-	d := e.newDriver(b, func(c *Config) {
-		if os.Getenv("CORRAL_BENCH_LOG") != "" {
-			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		}
-	})
+	for _, userns := range []bool{false, true} {
+		b.Run(fmt.Sprintf("userns=%v", userns), func(b *testing.B) {
+			d := e.newDriver(b, func(c *Config) {
+				c.UserNamespaces = userns
+				if os.Getenv("CORRAL_BENCH_LOG") != "" {
+					c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				}
+			})
+			benchCreateDelete(b, d)
+		})
+	}
+}
+
+func benchCreateDelete(b *testing.B, d *Driver) {
 	rootfs := testutil.BusyboxRootfs(b)
+	if err := d.PrepareTemplate(rootfs); err != nil {
+		b.Fatal(err)
+	}
 	ctx := b.Context()
 	var create, first, del time.Duration
 	b.ResetTimer()
@@ -393,7 +423,7 @@ func BenchmarkBareRuncRun(b *testing.B) {
 }
 
 func bareRun(b *testing.B, d *Driver, bundle, rootfs, id string) {
-	spec := OCISpec(driver.Spec{ID: id, RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 256 << 20, Pids: 256}}, d.host)
+	spec := OCISpec(driver.Spec{ID: id, RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 256 << 20, Pids: 256}}, d.host, UserNS{})
 	spec.Process.Args = []string{"/bin/echo", "hi"}
 	if err := writeJSON(filepath.Join(bundle, configFile), spec); err != nil {
 		b.Fatal(err)

@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/seccomp"
 )
 
 // AgentDest is where the agent binary appears inside every sandbox.
@@ -34,29 +36,63 @@ type Host struct {
 	// SwapAccounting is true on cgroup v1 hosts where memory.memsw.* exist;
 	// without it runc cannot set a memory+swap limit.
 	SwapAccounting bool
+	// Arch is the Go architecture (runtime.GOARCH); it selects the
+	// system-call ABIs the seccomp profile covers.
+	Arch string
+	// OpenFiles is RLIMIT_NOFILE (soft and hard) of every sandbox process.
+	// runc cannot raise it above the daemon's own hard limit.
+	OpenFiles uint64
+	// DenyIoctls are ioctl requests refused inside every sandbox besides
+	// the built-in ones (seccomp.Options.DenyIoctls).
+	DenyIoctls []uint64
 }
 
-// defaultCaps is Docker's default capability set. Issue 4 replaces it with
-// a smaller documented set.
-var defaultCaps = []string{
+// UserNS places one sandbox in its own user namespace: container IDs
+// 0..Size-1 are host IDs HostID..HostID+Size-1, for users and groups
+// alike. The zero value means no user namespace: root in the sandbox is
+// root on the host, held back only by capabilities, seccomp and
+// namespaces.
+type UserNS struct {
+	HostID uint32
+	Size   uint32
+	// Path, when set, names an existing namespace with this mapping for
+	// runc to join instead of making one (see userNS in userns.go).
+	Path string
+}
+
+// caps is the capability set of the sandbox's init (the agent) and of
+// every process it starts as root; processes started as another user
+// lose them all at execve, as usual. It is Docker's default set minus
+// MKNOD, NET_RAW, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE
+// (docs/SECURITY.md says why each kept one is needed). None of them
+// reaches beyond the sandbox's own files and processes.
+var caps = []string{
+	// Package managers, tar and the file API chown files to the users
+	// they belong to (dpkg, pip, npm as root).
 	"CAP_CHOWN",
+	// Root reads and writes files of the sandbox's other users (a repo
+	// cloned as a user, apt's _apt-owned cache).
 	"CAP_DAC_OVERRIDE",
-	"CAP_FSETID",
+	// chmod and utimes on files root does not own (cp -p, tar, pip).
 	"CAP_FOWNER",
-	"CAP_MKNOD",
-	"CAP_NET_RAW",
-	"CAP_SETGID",
+	// Keep set-group-ID bits when root installs such files (dpkg).
+	"CAP_FSETID",
+	// The agent runs processes as the user an exec asks for, and root
+	// processes drop to other users (apt's _apt sandbox, su).
 	"CAP_SETUID",
-	"CAP_SETFCAP",
-	"CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE",
-	"CAP_SYS_CHROOT",
+	"CAP_SETGID",
+	// The agent signals process groups of processes that run as other
+	// users (timeouts, kill, disconnects).
 	"CAP_KILL",
-	"CAP_AUDIT_WRITE",
+	// Servers bind ports below 1024 in the sandbox's own network
+	// namespace.
+	"CAP_NET_BIND_SERVICE",
 }
 
-// maskedPaths and readonlyPaths follow Docker's defaults: kernel interfaces
-// under /proc and /sys that leak host information or allow host changes.
+// maskedPaths hide kernel interfaces under /proc and /sys that leak host
+// information or allow host changes: Docker's list plus the kernel log
+// (syslog(2) is denied by seccomp; /proc/kmsg is the same log as a file)
+// and kernel symbol addresses.
 var (
 	maskedPaths = []string{
 		"/proc/asound",
@@ -69,6 +105,8 @@ var (
 		"/proc/timer_stats",
 		"/proc/sched_debug",
 		"/proc/scsi",
+		"/proc/kmsg",
+		"/proc/kallsyms",
 		"/sys/firmware",
 		"/sys/devices/virtual/powercap",
 	}
@@ -81,14 +119,21 @@ var (
 	}
 )
 
+// oomScoreAdj makes a host-wide out-of-memory kill pick sandbox processes
+// before the daemon and host services. Processes can raise it but not
+// lower it without CAP_SYS_RESOURCE.
+const oomScoreAdj = 500
+
 // OCISpec returns the OCI runtime configuration (config.json) of the
-// sandbox s on host h. It is a pure function of its arguments.
-func OCISpec(s driver.Spec, h Host) *specs.Spec {
+// sandbox s on host h, in user namespace u (none when zero). It is a pure
+// function of its arguments.
+func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 	hostname := s.Hostname
 	if hostname == "" {
 		hostname = s.ID
 	}
-	return &specs.Spec{
+	oomAdj := oomScoreAdj
+	spec := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
 			Args: append([]string(nil), agentArgs...),
@@ -99,10 +144,17 @@ func OCISpec(s driver.Spec, h Host) *specs.Spec {
 			Cwd:  "/",
 			User: specs.User{UID: 0, GID: 0},
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding:  append([]string(nil), defaultCaps...),
-				Effective: append([]string(nil), defaultCaps...),
-				Permitted: append([]string(nil), defaultCaps...),
+				Bounding:  append([]string(nil), caps...),
+				Effective: append([]string(nil), caps...),
+				Permitted: append([]string(nil), caps...),
 			},
+			// no_new_privs: execve never grants privileges, so setuid
+			// binaries and file capabilities in the image do nothing
+			// (sudo and ping as a non-root user fail). The agent still
+			// switches users: setuid(2) needs CAP_SETUID, not execve.
+			NoNewPrivileges: true,
+			Rlimits:         specRlimits(h, u),
+			OOMScoreAdj:     &oomAdj,
 		},
 		// "root.path: the path to the root filesystem for the container.
 		// [...] The value SHOULD be an absolute path."
@@ -115,8 +167,8 @@ func OCISpec(s driver.Spec, h Host) *specs.Spec {
 				{Type: specs.MountNamespace},
 				{Type: specs.UTSNamespace},
 				{Type: specs.IPCNamespace},
-				// A new network namespace holds only loopback, which the
-				// agent brings up; networking is configured by issue 3.
+				// A new network namespace holds only loopback, which runc
+				// brings up; networking is configured by issue 3.
 				{Type: specs.NetworkNamespace},
 				// A cgroup namespace makes the sandbox's own cgroup its
 				// root, so /proc/self/cgroup and the cgroup mount below
@@ -127,8 +179,53 @@ func OCISpec(s driver.Spec, h Host) *specs.Spec {
 			Resources:     resources(s.Resources, h),
 			MaskedPaths:   append([]string(nil), maskedPaths...),
 			ReadonlyPaths: append([]string(nil), readonlyPaths...),
+			Seccomp:       seccomp.Profile(seccomp.Options{Arch: h.Arch, DenyIoctls: h.DenyIoctls}),
 		},
 	}
+	if u.Size > 0 {
+		// "uidMappings (array of objects, OPTIONAL) describes the user
+		// namespace uid mappings from the host to the container."
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostID, Size: u.Size}}
+		// "path: [...] the runtime MUST place the container process in
+		// the namespace associated with that path." runc still needs the
+		// mappings to know which host IDs own the nodes it creates.
+		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: u.Path})
+		spec.Linux.UIDMappings = m
+		spec.Linux.GIDMappings = append([]specs.LinuxIDMapping(nil), m...)
+	}
+	return spec
+}
+
+// rlimit is one resource limit, soft and hard alike.
+type rlimit struct {
+	name     string // as the OCI spec names it
+	resource int
+	value    uint64
+}
+
+// rlimits are the resource limits of every process in the sandbox. No
+// core dumps: they fill the sandbox's disk and nobody collects them.
+// RLIMIT_NPROC is left alone on purpose: without a user namespace it
+// counts every process of host root.
+func rlimits(h Host) []rlimit {
+	out := []rlimit{{"RLIMIT_CORE", unix.RLIMIT_CORE, 0}}
+	if h.OpenFiles > 0 {
+		out = append(out, rlimit{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, h.OpenFiles})
+	}
+	return out
+}
+
+// specRlimits are rlimits for runc to set. In a user namespace of its own
+// the driver sets them itself (setRlimits), because runc cannot.
+func specRlimits(h Host, u UserNS) []specs.POSIXRlimit {
+	if u.Size > 0 {
+		return nil
+	}
+	var out []specs.POSIXRlimit
+	for _, r := range rlimits(h) {
+		out = append(out, specs.POSIXRlimit{Type: r.name, Hard: r.value, Soft: r.value})
+	}
+	return out
 }
 
 func mounts(h Host) []specs.Mount {
@@ -217,8 +314,21 @@ func updateResources(r driver.Resources, h Host) *specs.LinuxResources {
 // PrepareTemplate creates the agent's mount point (AgentDest, an empty
 // file) in a new template tree. Without it runc creates the file in every
 // sandbox root, which on btrfs is the first write into a fresh snapshot
-// and costs several milliseconds of copy-on-write per create.
+// and costs several milliseconds of copy-on-write per create. With
+// Config.UserNamespaces it then shifts the owners of every file into the
+// sandbox ID range (shiftOwners), which marks the template's sandboxes
+// for user namespaces; that costs about 10 µs per file, once.
 func (d *Driver) PrepareTemplate(dir string) error {
+	if err := makeAgentMountPoint(dir); err != nil {
+		return err
+	}
+	if d.cfg.UserNamespaces {
+		return shiftOwners(dir)
+	}
+	return nil
+}
+
+func makeAgentMountPoint(dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("opening template tree: %w", err)

@@ -18,23 +18,28 @@ func TestOCISpecGolden(t *testing.T) {
 	base := driver.Spec{ID: "sb-1", RootFS: "/var/lib/corral/roots/sb-1", Hostname: "box"}
 	limited := base
 	limited.Resources = driver.Resources{MilliCPUs: 1500, MemoryBytes: 256 << 20, Pids: 128}
-	v1 := Host{AgentPath: "/usr/local/bin/corral", CgroupParent: "/corral", SwapAccounting: true}
+	v1 := Host{AgentPath: "/usr/local/bin/corral", CgroupParent: "/corral", SwapAccounting: true,
+		Arch: "amd64", OpenFiles: 4096, DenyIoctls: []uint64{0x50009401, 0x5000940e}}
 	v1NoSwap := v1
 	v1NoSwap.SwapAccounting = false
-	v2 := Host{AgentPath: "/usr/local/bin/corral", CgroupParent: "corral.slice/x", CgroupV2: true}
+	v2 := v1
+	v2.CgroupParent, v2.CgroupV2, v2.SwapAccounting = "corral.slice/x", true, false
+	userns := UserNS{HostID: 1 << 31, Size: 65536, Path: "/proc/4242/ns/user"}
 	tests := []struct {
-		name string
-		spec driver.Spec
-		host Host
+		name   string
+		spec   driver.Spec
+		host   Host
+		userns UserNS
 	}{
-		{"unlimited-v1", base, v1},
-		{"limits-v1", limited, v1},
-		{"limits-v1-noswap", limited, v1NoSwap},
-		{"limits-v2", limited, v2},
+		{"unlimited-v1", base, v1, UserNS{}},
+		{"limits-v1", limited, v1, UserNS{}},
+		{"limits-v1-noswap", limited, v1NoSwap, UserNS{}},
+		{"limits-v2", limited, v2, UserNS{}},
+		{"userns-v1", limited, v1, userns},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := json.MarshalIndent(OCISpec(tt.spec, tt.host), "", "\t")
+			got, err := json.MarshalIndent(OCISpec(tt.spec, tt.host, tt.userns), "", "\t")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +62,7 @@ func TestOCISpecGolden(t *testing.T) {
 }
 
 func TestOCISpecDefaults(t *testing.T) {
-	s := OCISpec(driver.Spec{ID: "abc", RootFS: "/r"}, Host{AgentPath: "/a", CgroupParent: "/p"})
+	s := OCISpec(driver.Spec{ID: "abc", RootFS: "/r"}, Host{AgentPath: "/a", CgroupParent: "/p"}, UserNS{})
 	if s.Hostname != "abc" {
 		t.Errorf("hostname = %q, want the ID when unset", s.Hostname)
 	}
