@@ -27,6 +27,24 @@ type Spec struct {
 	Hostname string
 	// Resources are hard limits; zero fields mean unlimited.
 	Resources Resources
+	// Network, when set, is a network namespace the daemon prepared for
+	// the sandbox (veth, host-side rules; package network). Nil means a
+	// new namespace with loopback only.
+	Network *Network
+}
+
+// Network is a prepared network namespace and the files that go with it.
+type Network struct {
+	// NetNSPath is the bind-mounted namespace to join (OCI
+	// linux.namespaces[type=network].path).
+	NetNSPath string
+	// ResolvConf and Hosts are host files bind-mounted read-only over
+	// /etc/resolv.conf and /etc/hosts in the sandbox.
+	ResolvConf string
+	Hosts      string
+	// Env is added to the environment of the sandbox's processes (proxy
+	// variables for tools that honour HTTP_PROXY).
+	Env []string
 }
 
 // Resources are the hard limits of one instance.
