@@ -280,3 +280,20 @@ func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecRe
 	}
 	return nil, &Error{Code: CodeUnavailable, Message: "exec stream ended without an exit status"}
 }
+
+// UpdateOptions are new limits for a running or paused sandbox; zero fields
+// keep their value.
+type UpdateOptions struct {
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Pids     int64   `json:"pids,omitempty"`
+}
+
+// Update changes a sandbox's CPU, memory and pids limits while it runs.
+func (c *Client) Update(ctx context.Context, id string, opts UpdateOptions) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.doJSON(ctx, "PATCH", "/v1/sandboxes/"+url.PathEscape(id), nil, opts, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}

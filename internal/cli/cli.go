@@ -70,6 +70,7 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"rm":       c.rm,
 		"inspect":  c.inspect,
 		"timeout":  c.timeout,
+		"update":   c.update,
 		"template": c.template,
 		"shell":    c.shell,
 		"attach":   c.attach,
@@ -100,6 +101,7 @@ Sandboxes:
   ls [--state S] [-q]          list sandboxes
   inspect ID                   show a sandbox as JSON
   timeout ID DURATION          set a sandbox's deadline to now+DURATION (0: none)
+  update ID [--cpus N] [--memory M] [--pids N]   change a running sandbox's limits
   rm ID...                     destroy sandboxes
 
 Processes:

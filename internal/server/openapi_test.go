@@ -177,6 +177,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Sandbox":              {SandboxView{}},
 		"CreateSandboxRequest": {CreateRequest{}},
 		"TimeoutRequest":       {TimeoutRequest{}},
+		"UpdateRequest":        {UpdateRequest{}},
 		"Stats":                {driver.Stats{}},
 		"ExecRequest":          {wire.ExecRequest{}},
 		"ExecEvent":            {wire.ExecEvent{}},

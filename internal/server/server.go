@@ -78,6 +78,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/sandboxes/{id}", s.getSandbox},
 		{"DELETE /v1/sandboxes/{id}", s.deleteSandbox},
 		{"POST /v1/sandboxes/{id}/timeout", s.setTimeout},
+		{"PATCH /v1/sandboxes/{id}", s.updateSandbox},
 		{"GET /v1/sandboxes/{id}/stats", s.stats},
 		{"POST /v1/sandboxes/{id}/exec", s.exec},
 		{"GET /v1/sandboxes/{id}/files", s.readFile},

@@ -78,6 +78,7 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"file info", corral.FileInfo{}, wire.FileInfo{}},
 		{"template", corral.Template{}, sandbox.Template{}},
 		{"stats", corral.Stats{}, driver.Stats{}},
+		{"update", corral.UpdateOptions{}, server.UpdateRequest{}},
 		{"version", corral.Version{}, server.VersionInfo{}},
 		{"build options", corral.BuildOptions{}, server.BuildRequest{}},
 		{"process", corral.Process{}, wire.ProcessInfo{}},
