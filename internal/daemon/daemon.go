@@ -19,6 +19,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
+	"github.com/corralrun/corral/internal/e2b"
 	"github.com/corralrun/corral/internal/reaper"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -41,6 +42,12 @@ type Config struct {
 	// then required.
 	Listen string
 	APIKey string
+	// E2BListen, when set, serves the E2B-compatible API on this TCP
+	// address (point E2B_API_URL and E2B_SANDBOX_URL at it); APIKey is
+	// then required. E2BDomain is the sandbox domain that API reports, for
+	// a TLS proxy with a wildcard name in front of it (optional).
+	E2BListen string
+	E2BDomain string
 	// Storage is "btrfs" (default) or "overlay".
 	Storage string
 	// BtrfsImageSize is the size of the sparse loop image used when the
@@ -103,6 +110,9 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.E2BListen != "" && c.APIKey == "" {
+		return errors.New("--e2b-listen needs an API key (--api-key or CORRAL_API_KEY)")
+	}
 	if c.Listen != "" && c.APIKey == "" {
 		return errors.New("--listen needs an API key (--api-key or CORRAL_API_KEY): the TCP API must not be open")
 	}
@@ -125,6 +135,7 @@ type Daemon struct {
 	drivers []driver.Driver
 	manager *sandbox.Manager
 	servers []*http.Server
+	e2b     *e2b.Server
 	errc    chan error
 }
 
@@ -220,6 +231,17 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
+	if cfg.E2BListen != "" {
+		// The E2B facade authenticates itself: envd calls carry a
+		// per-sandbox access token, not the API key.
+		d.e2b = e2b.New(e2b.Config{Manager: d.manager, APIKey: cfg.APIKey, Domain: cfg.E2BDomain, Logger: d.log})
+		l, err := net.Listen("tcp", cfg.E2BListen)
+		if err != nil {
+			return nil, fmt.Errorf("listening for the E2B API on %s: %w", cfg.E2BListen, err)
+		}
+		d.log.Info("serving the E2B-compatible API", "listen", l.Addr().String())
+		d.serve(l, d.e2b.Handler())
+	}
 	d.log.Info("corral daemon started", "state_dir", cfg.StateDir, "socket", cfg.Socket, "listen", cfg.Listen,
 		"storage", d.storage.Name(), "sandboxes", len(d.manager.List(sandbox.Filter{})))
 	return d, nil
@@ -241,6 +263,9 @@ func (d *Daemon) Stop(ctx context.Context) {
 func (d *Daemon) shutdown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if d.e2b != nil {
+		_ = d.e2b.Close() // its streams must end before Shutdown waits for them
+	}
 	for _, s := range d.servers {
 		_ = s.Shutdown(ctx)
 	}

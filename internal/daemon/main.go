@@ -25,6 +25,8 @@ func Main(args []string, version string) int {
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/corral", "state directory (database, storage, runtime state)")
 	fs.StringVar(&cfg.Socket, "socket", "/run/corral/corral.sock", "root-only unix socket of the API")
 	fs.StringVar(&cfg.Listen, "listen", "", "also serve the API on HOST:PORT (needs an API key)")
+	fs.StringVar(&cfg.E2BListen, "e2b-listen", "", "also serve the E2B-compatible API on HOST:PORT (needs an API key)")
+	fs.StringVar(&cfg.E2BDomain, "e2b-domain", "", "sandbox domain the E2B API reports (optional)")
 	fs.StringVar(&cfg.APIKey, "api-key", os.Getenv("CORRAL_API_KEY"), "API key required on --listen (default $CORRAL_API_KEY)")
 	fs.StringVar(&cfg.Storage, "storage", "btrfs", "storage backend: btrfs or overlay")
 	fs.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime")
