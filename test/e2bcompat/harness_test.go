@@ -11,10 +11,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,11 +65,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // startHarness builds and starts the daemon with the facade, builds the
 // busybox template "base" (E2B's default template name), installs the
 // SDK, and registers a cleanup that deletes every sandbox, stops the
@@ -95,29 +90,32 @@ func startHarness(t *testing.T) *harness {
 	})
 	h.sdkDir = installSDK(t)
 
-	server := filepath.Join(base, "e2bserver")
-	build := exec.Command("go", "build", "-o", server, "./test/e2bcompat/e2bserver")
-	build.Dir = moduleRoot()
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building e2bserver: %v\n%s", err, out)
+	// The real daemon serves the facade with --e2b-listen. The port is
+	// picked here: a listener on port 0 tells us a free one.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	socket, addrFile := filepath.Join(base, "corral.sock"), filepath.Join(base, "addr")
-	h.cmd = exec.Command(server, "--state-dir", filepath.Join(base, "state"), "--socket", socket,
-		"--storage", "overlay", "--cgroup-parent", h.cgroup, "--agent", corralBin,
-		"--api-key", h.apiKey, "--e2b-listen", "127.0.0.1:0", "--addr-file", addrFile)
+	addr := l.Addr().String()
+	l.Close()
+	socket := filepath.Join(base, "corral.sock")
+	h.cmd = exec.Command(corralBin, "server", "--state-dir", filepath.Join(base, "state"), "--socket", socket,
+		"--storage", "overlay", "--cgroup-parent", h.cgroup, "--log-level", "debug",
+		"--api-key", h.apiKey, "--e2b-listen", addr)
 	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
 	if err := h.cmd.Start(); err != nil {
-		t.Fatalf("starting e2bserver: %v", err)
+		t.Fatalf("starting corral server: %v", err)
 	}
+	h.url = "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if addr, err := os.ReadFile(addrFile); err == nil && len(addr) > 0 {
-			h.url = "http://" + string(addr)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("e2bserver did not come up\nlogs:\n%s", h.logs.String())
+			t.Fatalf("corral server did not serve the E2B API\nlogs:\n%s", h.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -244,12 +242,12 @@ func (h *harness) cleanup(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("e2bserver exited with %v", err)
+			t.Errorf("corral server exited with %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		_ = h.cmd.Process.Kill()
 		<-done
-		t.Errorf("e2bserver did not stop on SIGTERM")
+		t.Errorf("corral server did not stop on SIGTERM")
 	}
 	state := filepath.Join(h.base, "state")
 	if m := testutil.Mounts(t, state); len(m) > 0 {
