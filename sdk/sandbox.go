@@ -167,6 +167,11 @@ type ExecOptions struct {
 	Stdin []byte
 	// Timeout kills the process after d; 0 means none.
 	Timeout time.Duration
+	// MaxOutputBytes caps the output streamed back (stdout and stderr
+	// together); past it the daemon sends one marker line on stderr and
+	// discards the rest. 0 means the daemon's default (64 MiB unless
+	// configured otherwise).
+	MaxOutputBytes int64
 	// Stdout and Stderr receive output as it arrives; nil discards it.
 	Stdout, Stderr io.Writer
 }
@@ -179,6 +184,10 @@ type ExecResult struct {
 	Signal    string
 	OOMKilled bool
 	TimedOut  bool
+	// OutputDiscarded counts the output bytes not sent because the
+	// output passed its cap (OutputTruncated).
+	OutputTruncated bool
+	OutputDiscarded int64
 }
 
 type execRequest struct {
@@ -189,6 +198,7 @@ type execRequest struct {
 	User      string            `json:"user,omitempty"`
 	Stdin     []byte            `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	MaxOutput int64             `json:"max_output_bytes,omitempty"`
 }
 
 type execEvent struct {
@@ -200,6 +210,8 @@ type execEvent struct {
 	Signal    string `json:"signal"`
 	OOMKilled bool   `json:"oom_killed"`
 	TimedOut  bool   `json:"timed_out"`
+	Truncated bool   `json:"output_truncated"`
+	Discarded int64  `json:"output_discarded"`
 	Error     *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
@@ -238,7 +250,7 @@ func (ev *execEvent) err() error {
 // error (code not_found for a missing executable); a non-zero exit is not.
 func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecResult, error) {
 	req := execRequest{Cmd: opts.Cmd, Shell: opts.Shell, Env: opts.Env, Cwd: opts.Cwd, User: opts.User,
-		Stdin: opts.Stdin, TimeoutMS: opts.Timeout.Milliseconds()}
+		Stdin: opts.Stdin, TimeoutMS: opts.Timeout.Milliseconds(), MaxOutput: opts.MaxOutputBytes}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err

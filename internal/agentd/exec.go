@@ -3,6 +3,7 @@ package agentd
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -42,16 +43,23 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, err)
 		return
 	}
-	if !streamExec(w, r, p, sub) {
+	if !streamExec(w, r, p, sub, req.MaxOutputBytes) {
 		p.kill()
 		sub.stop()
 		<-p.done
 	}
 }
 
+// truncationMarker is the line sent on stderr where an exec's output was
+// cut at its limit.
+func truncationMarker(limit int64) string {
+	return fmt.Sprintf("\n[corral: output truncated at %d bytes]\n", limit)
+}
+
 // streamExec writes p's events to w and reports whether the client received
-// them all; false means the client is gone and p must be killed.
-func streamExec(w http.ResponseWriter, r *http.Request, p *process, sub *subscriber) bool {
+// them all; false means the client is gone and p must be killed. With
+// limit > 0, output past limit bytes is read and counted but not sent.
+func streamExec(w http.ResponseWriter, r *http.Request, p *process, sub *subscriber, limit int64) bool {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -60,6 +68,7 @@ func streamExec(w http.ResponseWriter, r *http.Request, p *process, sub *subscri
 		return false
 	}
 	ctx := r.Context()
+	var sent, discarded int64
 	for {
 		select {
 		case c, ok := <-sub.ch:
@@ -67,14 +76,36 @@ func streamExec(w http.ResponseWriter, r *http.Request, p *process, sub *subscri
 				// The exit event is not flushed here: the handler returns
 				// right away and the server sends it together with the end
 				// of the response, saving a write.
-				return enc.Encode(exitEvent(p.exit)) == nil
+				ev := exitEvent(p.exit)
+				if discarded > 0 {
+					ev.OutputTruncated, ev.OutputDiscarded = true, discarded
+				}
+				return enc.Encode(ev) == nil
 			}
 			typ := wire.EventStdout
 			if c.stream == streamStderr {
 				typ = wire.EventStderr
 			}
-			if enc.Encode(wire.OutputEvent(typ, c.data)) != nil {
-				return false
+			data := c.data
+			if limit > 0 && sent+int64(len(data)) > limit {
+				keep := max(limit-sent, 0)
+				if discarded == 0 {
+					// The first chunk over the limit: send what fits, then
+					// say where the output was cut.
+					if keep > 0 && enc.Encode(wire.OutputEvent(typ, data[:keep])) != nil {
+						return false
+					}
+					if enc.Encode(wire.ExecEvent{Type: wire.EventStderr, Text: truncationMarker(limit)}) != nil {
+						return false
+					}
+				}
+				discarded += int64(len(data)) - keep
+				sent += keep
+			} else {
+				sent += int64(len(data))
+				if enc.Encode(wire.OutputEvent(typ, data)) != nil {
+					return false
+				}
 			}
 			// Flush when caught up; a burst of chunks shares one write.
 			if len(sub.ch) == 0 && rc.Flush() != nil {

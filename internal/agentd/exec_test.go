@@ -397,3 +397,37 @@ func TestExecSlowReaderKeepsOutput(t *testing.T) {
 		t.Fatalf("got %d bytes of stdout, want 300000", got)
 	}
 }
+
+func TestExecOutputLimit(t *testing.T) {
+	c := startAgent(t).client
+	var stdout, stderr int64
+	var marker string
+	var exit wire.ExecEvent
+	err := c.Exec(t.Context(), wire.ExecRequest{Shell: "yes | head -c 3000000; echo done >&2", MaxOutputBytes: 1 << 20}, func(ev wire.ExecEvent) error {
+		switch ev.Type {
+		case wire.EventStdout:
+			stdout += int64(len(ev.Bytes()))
+		case wire.EventStderr:
+			stderr += int64(len(ev.Bytes()))
+			marker += string(ev.Bytes())
+		case wire.EventExit:
+			exit = ev
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout != 1<<20 {
+		t.Errorf("stdout bytes = %d, want exactly %d", stdout, 1<<20)
+	}
+	if !strings.Contains(marker, "[corral: output truncated at 1048576 bytes]") {
+		t.Errorf("no truncation marker on stderr: %q", marker)
+	}
+	if !exit.OutputTruncated || exit.OutputDiscarded != 3000000+int64(len("done\n"))-(1<<20) {
+		t.Errorf("exit event %+v: want truncated with %d discarded", exit, 3000000+5-(1<<20))
+	}
+	if exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Errorf("process did not finish normally: %+v", exit)
+	}
+}

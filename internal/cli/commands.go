@@ -65,6 +65,9 @@ func (c *cli) runResult(res *corral.ExecResult) int {
 	case res.TimedOut:
 		fmt.Fprintln(c.env.Stderr, "corral: process killed: exec timeout reached")
 	}
+	if res.OutputTruncated {
+		fmt.Fprintf(c.env.Stderr, "corral: output truncated: %d bytes discarded\n", res.OutputDiscarded)
+	}
 	return res.ExitCode
 }
 

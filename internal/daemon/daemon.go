@@ -74,8 +74,12 @@ type Config struct {
 	// seccomp and namespaces only). Templates built with them keep them.
 	NoUserNamespaces           bool
 	DefaultTimeout, MaxTimeout time.Duration
-	Version                    string
-	Logger                     *slog.Logger
+	// ExecOutput and MaxExecOutput cap one exec's streamed output: the
+	// default cap (0: 64 MiB, negative: none) and the most a request may
+	// ask for (0: no maximum).
+	ExecOutput, MaxExecOutput int64
+	Version                   string
+	Logger                    *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -209,6 +213,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Max:            cfg.Max,
 		DefaultTimeout: cfg.DefaultTimeout,
 		MaxTimeout:     cfg.MaxTimeout,
+		ExecOutput:     cfg.ExecOutput,
+		MaxExecOutput:  cfg.MaxExecOutput,
 		Logger:         d.log,
 	})
 	if err != nil {

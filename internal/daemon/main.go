@@ -33,6 +33,8 @@ func Main(args []string, version string) int {
 	fs.StringVar(&cfg.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", "/corral", "cgroup that holds one cgroup per sandbox")
 	fs.DurationVar(&cfg.DefaultTimeout, "default-timeout", 5*time.Minute, "sandbox lifetime when a create names none")
+	fs.Int64Var(&cfg.ExecOutput, "exec-output", 0, "default cap on one exec's output in bytes, after which it is truncated with a marker (0: 64 MiB, -1: none)")
+	fs.Int64Var(&cfg.MaxExecOutput, "max-exec-output", 0, "largest output cap an exec may ask for, in bytes (0: no maximum)")
 	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", 0, "longest allowed sandbox lifetime (0: no limit, and sandboxes without deadline are allowed)")
 	cfg.Defaults = DefaultLimits()
 	fs.Var(cpuFlag{&cfg.Defaults.MilliCPUs}, "default-cpus", "CPU limit in cores of a sandbox that names none (0: unlimited)")

@@ -29,6 +29,11 @@ type Limits struct {
 	DiskBytes   int64
 }
 
+// DefaultExecOutput is the default cap on one exec's streamed output: big
+// enough for any log a person reads, small enough that a runaway `yes`
+// cannot fill a client's memory.
+const DefaultExecOutput = 64 << 20
+
 // Config wires a Manager. Store, Storage and at least one driver are
 // required.
 type Config struct {
@@ -50,7 +55,12 @@ type Config struct {
 	// ReapInterval is how often expired sandboxes are looked for
 	// (default 1s).
 	ReapInterval time.Duration
-	Logger       *slog.Logger
+	// ExecOutput is the default cap on one exec's streamed output (stdout
+	// and stderr together; DefaultExecOutput when 0, no cap when negative)
+	// and MaxExecOutput the largest cap a request may ask for (0: none).
+	ExecOutput    int64
+	MaxExecOutput int64
+	Logger        *slog.Logger
 	// Now returns the current time; tests replace it.
 	Now func() time.Time
 }
@@ -103,6 +113,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if m.cfg.DefaultTimeout == 0 {
 		m.cfg.DefaultTimeout = 5 * time.Minute
+	}
+	if m.cfg.ExecOutput == 0 {
+		m.cfg.ExecOutput = DefaultExecOutput
 	}
 	if m.cfg.ReapInterval == 0 {
 		m.cfg.ReapInterval = time.Second
@@ -519,6 +532,14 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 		return err
 	}
 	req.Env = env
+	switch {
+	case req.MaxOutputBytes < 0:
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "max_output_bytes must not be negative")
+	case m.cfg.MaxExecOutput > 0 && req.MaxOutputBytes > m.cfg.MaxExecOutput:
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "max_output_bytes %d exceeds the server maximum %d", req.MaxOutputBytes, m.cfg.MaxExecOutput)
+	case req.MaxOutputBytes == 0 && m.cfg.ExecOutput > 0:
+		req.MaxOutputBytes = m.cfg.ExecOutput
+	}
 
 	drv := m.drivers[runtime]
 	before, statsErr := drv.Stats(ctx, id)

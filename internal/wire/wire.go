@@ -44,6 +44,11 @@ type ExecRequest struct {
 	// TimeoutMS kills the process group after this many milliseconds; 0
 	// means no per-exec timeout (the sandbox deadline still applies).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// MaxOutputBytes caps the output streamed for this exec (stdout and
+	// stderr together). Past it, one marker line is sent on stderr and the
+	// rest is read and discarded, so the process never blocks on a full
+	// pipe. 0 means the daemon's default.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 }
 
 // Event types of an exec stream, in the order they can occur: one start,
@@ -72,6 +77,11 @@ type ExecEvent struct {
 	Signal    string `json:"signal,omitempty"`
 	OOMKilled bool   `json:"oom_killed,omitempty"`
 	TimedOut  bool   `json:"timed_out,omitempty"`
+	// OutputTruncated and OutputDiscarded are set on the exit event of an
+	// exec whose output passed its MaxOutputBytes: how many bytes were
+	// read from the process and not sent.
+	OutputTruncated bool  `json:"output_truncated,omitempty"`
+	OutputDiscarded int64 `json:"output_discarded,omitempty"`
 	// Error is set on EventError: the stream failed and no exit status is
 	// known.
 	Error *ErrorDetail `json:"error,omitempty"`
