@@ -1,0 +1,484 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// Options select what Run measures. Zero counts skip their scenario.
+type Options struct {
+	// Runtime and Template are passed to every Create; "" takes the daemon's default.
+	Runtime, Template string
+	// Iterations is the number of samples of the exec and cold-start scenarios.
+	Iterations int
+	// Burst is the number of concurrent creates of the burst scenario.
+	Burst int
+	// Density is the number of idle sandboxes of the density scenario.
+	Density int
+	// Peers runs the cold start on the named peers (see AllPeers),
+	// interleaved with Corral's; empty runs no peers.
+	Peers []string
+	// Busybox is the static busybox binary the peers' rootfs is built from;
+	// "" is template.BusyboxPath.
+	Busybox string
+	// Host is the client's CORRAL_HOST, used to find the daemon's pid through
+	// the unix socket for the RSS column; DaemonPID, if set, is used instead.
+	Host      string
+	DaemonPID int
+	// Command is the command line recorded in the report.
+	Command string
+	// Progress, if set, receives one line as each scenario starts.
+	Progress io.Writer
+}
+
+// Run runs the scenarios against the daemon c talks to and returns their
+// rows. A scenario that fails is reported with the error in its row and the
+// others still run; the errors are returned joined, with the partial
+// report. Every sandbox and peer container Run creates is deleted before it
+// returns, also when ctx is canceled. It takes minutes for the default
+// sizes and must not run concurrently with itself on one daemon when the
+// density numbers matter.
+func Run(ctx context.Context, opts Options, c *corral.Client) (Report, error) {
+	r := &runner{opts: opts, c: c, live: map[string]bool{}}
+	rep := Report{Command: opts.Command, Timestamp: time.Now().UTC()}
+	defer r.deleteAll()
+
+	runtime, err := r.runtimeName(ctx)
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	add := func(rows []Row, err error) {
+		rep.Rows = append(rep.Rows, rows...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if opts.Iterations > 0 {
+		r.progress(ScenarioExec)
+		add(r.execRoundTrip(ctx, runtime))
+		if ctx.Err() == nil {
+			r.progress(ScenarioCold)
+			rows, notes, err := r.coldStart(ctx, runtime)
+			rep.Notes = append(rep.Notes, notes...)
+			add(rows, err)
+		}
+	}
+	rep.Rows = append(rep.Rows, Row{Scenario: ScenarioWarm, Runtime: runtime, Extra: "n/a (pools not implemented)"})
+	// Density runs before the burst, whose hundred concurrent requests grow
+	// the daemon's heap and would blur its RSS baseline; the rows keep the
+	// usual order.
+	var densityRow []Row
+	var densityErr error
+	if opts.Density > 0 && ctx.Err() == nil {
+		r.progress(ScenarioDensity)
+		row, note, err := r.density(ctx, runtime)
+		if note != "" {
+			rep.Notes = append(rep.Notes, note)
+		}
+		densityRow, densityErr = []Row{row}, err
+	}
+	if opts.Burst > 0 && ctx.Err() == nil {
+		r.progress(ScenarioBurst)
+		add(r.burst(ctx, runtime))
+	}
+	add(densityRow, densityErr)
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// runner holds one Run's state. live is the set of sandboxes created and
+// not yet deleted, shared by the burst's goroutines.
+type runner struct {
+	opts Options
+	c    *corral.Client
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+func (r *runner) progress(scenario string) {
+	if r.opts.Progress != nil {
+		fmt.Fprintf(r.opts.Progress, "bench: %s\n", scenario)
+	}
+}
+
+// runtimeName returns the runtime the sandboxes run on, for the rows.
+func (r *runner) runtimeName(ctx context.Context) (string, error) {
+	if r.opts.Runtime != "" {
+		return r.opts.Runtime, nil
+	}
+	v, err := r.c.Version(ctx)
+	if err != nil {
+		return "", fmt.Errorf("asking the daemon for its version: %w", err)
+	}
+	for _, rt := range v.Runtimes {
+		if rt.Default {
+			return rt.Name, nil
+		}
+	}
+	return "default", nil
+}
+
+// create creates a sandbox and remembers it until del.
+func (r *runner) create(ctx context.Context) (*corral.Sandbox, error) {
+	sb, err := r.c.Create(ctx, corral.CreateOptions{Template: r.opts.Template, Runtime: r.opts.Runtime})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.live[sb.ID] = true
+	r.mu.Unlock()
+	return sb, nil
+}
+
+// del deletes a sandbox. It uses a context that outlives ctx's
+// cancellation, so that an interrupted run still cleans up.
+func (r *runner) del(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := r.c.Delete(ctx, id); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	r.mu.Lock()
+	delete(r.live, id)
+	r.mu.Unlock()
+	return nil
+}
+
+// deleteAll deletes every sandbox still live, four at a time.
+func (r *runner) deleteAll() {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.live))
+	for id := range r.live {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	r.delMany(context.Background(), ids, 4)
+}
+
+// delMany deletes ids with at most par deletes in flight and returns the
+// first error.
+func (r *runner) delMany(ctx context.Context, ids []string, par int) error {
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := r.del(ctx, id); err != nil {
+				mu.Lock()
+				first = cmpOr(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// firstByte is an io.Writer that records when the first byte arrives. It
+// is written by one goroutine (the SDK's Exec) and read after Exec returns.
+type firstByte struct {
+	start time.Time
+	at    time.Duration
+}
+
+func (f *firstByte) Write(p []byte) (int, error) {
+	if f.at == 0 && len(p) > 0 {
+		f.at = time.Since(f.start)
+	}
+	return len(p), nil
+}
+
+// execRoundTrip times `exec /bin/true` on one sandbox, request to exit
+// status, after a few untimed warm-up execs.
+func (r *runner) execRoundTrip(ctx context.Context, runtime string) ([]Row, error) {
+	row := Row{Scenario: ScenarioExec, Runtime: runtime}
+	fail := func(err error) ([]Row, error) {
+		err = fmt.Errorf("%s: %w", ScenarioExec, err)
+		row.Extra = "error: " + err.Error()
+		return []Row{row}, err
+	}
+	sb, err := r.create(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer r.del(ctx, sb.ID)
+	opts := corral.ExecOptions{Cmd: []string{"/bin/true"}}
+	samples := make([]time.Duration, 0, r.opts.Iterations)
+	for i := -3; i < r.opts.Iterations; i++ {
+		start := time.Now()
+		res, err := r.c.Exec(ctx, sb.ID, opts)
+		d := time.Since(start)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("/bin/true exited with %d", res.ExitCode)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if i >= 0 {
+			samples = append(samples, d)
+		}
+	}
+	return []Row{latencyRow(ScenarioExec, runtime, samples)}, nil
+}
+
+// coldStart times Create + Exec `echo hi` to the first stdout byte, deleting
+// each sandbox untimed; with peers, each iteration also runs every peer
+// once, so that both see the same host noise.
+func (r *runner) coldStart(ctx context.Context, runtime string) ([]Row, []string, error) {
+	var ps *peerSet
+	var notes []string
+	if len(r.opts.Peers) > 0 {
+		var err error
+		if ps, err = newPeerSet(ctx, r.opts.Peers, r.opts.Busybox); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", ScenarioPeer, err)
+		}
+		defer ps.close()
+		notes = ps.notes
+	}
+	var corralSamples []time.Duration
+	var peerSamples [][]time.Duration
+	var peerErrs []error
+	if ps != nil {
+		peerSamples = make([][]time.Duration, len(ps.peers))
+		peerErrs = make([]error, len(ps.peers))
+	}
+	var err error
+	for i := 0; i < r.opts.Iterations && err == nil; i++ {
+		err = func() error {
+			fb := &firstByte{start: time.Now()}
+			sb, err := r.create(ctx)
+			if err != nil {
+				return err
+			}
+			defer r.del(ctx, sb.ID)
+			if _, err := r.c.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fb}); err != nil {
+				return err
+			}
+			if fb.at == 0 {
+				return errors.New("echo hi printed nothing")
+			}
+			corralSamples = append(corralSamples, fb.at)
+			return nil
+		}()
+		if err != nil {
+			err = fmt.Errorf("%s: %w", ScenarioCold, err)
+		}
+		if ps == nil {
+			continue
+		}
+		for j, p := range ps.peers {
+			if peerErrs[j] != nil || ctx.Err() != nil {
+				continue // a peer that failed once is not run again
+			}
+			d, perr := ps.run(ctx, p)
+			if perr != nil {
+				peerErrs[j] = perr
+				continue
+			}
+			peerSamples[j] = append(peerSamples[j], d)
+		}
+	}
+	cold := latencyRow(ScenarioCold, runtime, corralSamples)
+	if err != nil {
+		cold.Extra = "error: " + err.Error()
+	}
+	rows := []Row{cold}
+	corralP50 := Percentile(corralSamples, 0.5)
+	var errs []error
+	errs = append(errs, err)
+	if ps != nil {
+		for j, p := range ps.peers {
+			row := latencyRow(ScenarioPeer, p.name, peerSamples[j])
+			if peerP50 := Percentile(peerSamples[j], 0.5); peerP50 > 0 && corralP50 > 0 {
+				ratio := Ratio(corralP50, peerP50)
+				row.Extra = fmt.Sprintf("corral(%s)/%s p50 = %.2fx", runtime, p.name, ratio)
+				row.Metrics = map[string]float64{"corral_ratio_p50": ratio}
+			}
+			if peerErrs[j] != nil {
+				row.Extra = strings.TrimPrefix(row.Extra+"; error: "+peerErrs[j].Error(), "; ")
+				errs = append(errs, fmt.Errorf("%s: %w", ScenarioPeer, peerErrs[j]))
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, notes, errors.Join(errs...)
+}
+
+// burst starts opts.Burst creates at once, then execs `echo hi` in every
+// sandbox that came up, then deletes them all. Refusals (any error code)
+// are counted by code, not treated as a failure of the benchmark.
+func (r *runner) burst(ctx context.Context, runtime string) ([]Row, error) {
+	n := r.opts.Burst
+	lat := make([]time.Duration, n)
+	ids := make([]string, n)
+	codes := make([]string, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			start := time.Now()
+			sb, err := r.create(ctx)
+			lat[i] = time.Since(start)
+			if err != nil {
+				codes[i] = errCode(err)
+				return
+			}
+			ids[i] = sb.ID
+		})
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	wall := time.Since(start)
+
+	var ok []time.Duration
+	var created []string
+	createErrs := map[string]int{}
+	for i := range n {
+		if ids[i] == "" {
+			createErrs[codes[i]]++
+			continue
+		}
+		ok = append(ok, lat[i])
+		created = append(created, ids[i])
+	}
+	var execFailed atomic.Int64
+	for _, id := range created {
+		wg.Go(func() {
+			res, err := r.c.Exec(ctx, id, corral.ExecOptions{Cmd: []string{"echo", "hi"}})
+			if err != nil || res.ExitCode != 0 {
+				execFailed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	delErr := r.delMany(ctx, created, 8)
+
+	row := latencyRow(ScenarioBurst, runtime, ok)
+	rate := float64(len(ok)) / wall.Seconds()
+	row.Extra = fmt.Sprintf("%d concurrent: %d ok in %.2f s wall, %.1f creates/s; create errors: %s; exec errors: %d",
+		n, len(ok), wall.Seconds(), rate, fmtCounts(createErrs), execFailed.Load())
+	row.Metrics = map[string]float64{"wall_s": wall.Seconds(), "creates_per_s": rate,
+		"exec_errors": float64(execFailed.Load())}
+	for code, k := range createErrs {
+		row.Metrics["create_errors_"+code] = float64(k)
+	}
+	if delErr != nil {
+		return []Row{row}, fmt.Errorf("%s: %w", ScenarioBurst, delErr)
+	}
+	return []Row{row}, nil
+}
+
+// errCode names an error for the burst's counts: the daemon's code, or
+// what kind of client-side failure it was.
+func errCode(err error) string {
+	if code := corral.ErrorCode(err); code != "" {
+		return code
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return "canceled"
+	}
+	return "transport"
+}
+
+// density creates opts.Density idle sandboxes one after another, then
+// reports their summed cgroup memory per sandbox and the daemon's RSS
+// growth per sandbox, then deletes them. p50/p99 are of the create
+// latency while filling.
+func (r *runner) density(ctx context.Context, runtime string) (Row, string, error) {
+	n := r.opts.Density
+	row := Row{Scenario: ScenarioDensity, Runtime: runtime}
+	pid, note := r.daemonPID(ctx)
+	var rssBefore int64
+	if pid > 0 {
+		var err error
+		if rssBefore, err = RSSBytes(pid); err != nil {
+			pid, note = 0, "daemon RSS column skipped: "+err.Error()
+		}
+	}
+	ids := make([]string, 0, n)
+	var lat []time.Duration
+	var err error
+	for range n {
+		start := time.Now()
+		var sb *corral.Sandbox
+		if sb, err = r.create(ctx); err != nil {
+			err = fmt.Errorf("%s: creating sandbox %d of %d: %w", ScenarioDensity, len(ids)+1, n, err)
+			break
+		}
+		lat = append(lat, time.Since(start))
+		ids = append(ids, sb.ID)
+	}
+	defer r.delMany(ctx, ids, 8)
+	if len(ids) == 0 {
+		row.Extra = "error: " + err.Error()
+		return row, note, err
+	}
+	row = latencyRow(ScenarioDensity, runtime, lat)
+	var mem int64
+	for _, id := range ids {
+		st, serr := r.c.Stats(ctx, id)
+		if serr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: reading stats of %s: %w", ScenarioDensity, id, serr))
+			break
+		}
+		mem += st.MemoryBytes
+	}
+	k := float64(len(ids))
+	perSandbox := float64(mem) / k
+	row.Extra = fmt.Sprintf("%d idle; sandbox memory %s each", len(ids), fmtBytes(perSandbox))
+	row.Metrics = map[string]float64{"sandboxes": k, "memory_bytes_per_sandbox": perSandbox}
+	if pid > 0 {
+		if rssAfter, rerr := RSSBytes(pid); rerr == nil {
+			growth := float64(rssAfter-rssBefore) / k
+			row.Extra += fmt.Sprintf("; daemon RSS %s -> %s, %s per sandbox",
+				fmtBytes(float64(rssBefore)), fmtBytes(float64(rssAfter)), fmtBytes(growth))
+			row.Metrics["daemon_rss_bytes_per_sandbox"] = growth
+		} else {
+			note = "daemon RSS column skipped: " + rerr.Error()
+		}
+	}
+	row.Extra += "; p50/p99 = create latency while filling"
+	if err != nil {
+		row.Extra += "; error: " + err.Error()
+	}
+	return row, note, err
+}
+
+// daemonPID returns the daemon's pid, or 0 and why the RSS column is skipped.
+func (r *runner) daemonPID(ctx context.Context) (int, string) {
+	if r.opts.DaemonPID > 0 {
+		return r.opts.DaemonPID, ""
+	}
+	path, ok := SocketPath(r.opts.Host)
+	if !ok {
+		return 0, "daemon RSS column skipped: the daemon is not on a unix socket (pass --daemon-pid)"
+	}
+	pid, err := PeerPID(ctx, path)
+	if err != nil {
+		return 0, "daemon RSS column skipped: " + err.Error()
+	}
+	return pid, ""
+}

@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralrun/corral/internal/testutil"
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// TestRunAgainstDaemon starts a real daemon (runc, overlay storage, busybox
+// template) and runs every scenario with tiny sizes, runc as the only peer.
+func TestRunAgainstDaemon(t *testing.T) {
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	testutil.RequiresBinary(t, "busybox")
+	bin := testutil.CorralBinary(t)
+	base, err := os.MkdirTemp("", "corral-bench-") // short: socket paths are limited to 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	socket := filepath.Join(base, "corral.sock")
+	cgroup := "/corral-bench-" + randHex(4)
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "server", "--state-dir", filepath.Join(base, "state"), "--socket", socket,
+		"--storage", "overlay", "--cgroup-parent", cgroup)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting daemon: %v", err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		for _, c := range testutil.CgroupDirs(t, cgroup) {
+			t.Errorf("leaked cgroup %s", c)
+		}
+		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, r := range append(roots, "/sys/fs/cgroup") {
+			_ = os.Remove(filepath.Join(r, cgroup))
+		}
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", logs.String())
+		}
+	}()
+	host := "unix://" + socket
+	c, err := corral.New(host, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	waitReady(t, ctx, c)
+	if _, err := c.BuildTemplate(ctx, "bb", corral.BuildOptions{Recipe: "busybox"}, nil); err != nil {
+		t.Fatalf("building busybox template: %v", err)
+	}
+
+	rep, err := Run(ctx, Options{Runtime: "runc", Template: "bb", Iterations: 3, Burst: 5, Density: 3,
+		Peers: []string{PeerRunc}, Host: host, Command: "test"}, c)
+	var table bytes.Buffer
+	_ = PrintTable(&table, rep)
+	t.Logf("report:\n%s", table.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	byScenario := map[string]Row{}
+	for _, r := range rep.Rows {
+		byScenario[r.Scenario+"/"+r.Runtime] = r
+	}
+	for _, key := range []string{ScenarioExec + "/runc", ScenarioCold + "/runc", ScenarioPeer + "/runc",
+		ScenarioBurst + "/runc", ScenarioDensity + "/runc"} {
+		r, ok := byScenario[key]
+		if !ok || r.P50MS == nil || *r.P50MS <= 0 || r.N == 0 {
+			t.Errorf("row %s missing or without samples: %+v", key, r)
+		}
+	}
+	if w := byScenario[ScenarioWarm+"/runc"]; w.P50MS != nil || w.Extra != "n/a (pools not implemented)" {
+		t.Errorf("warm row = %+v, want n/a without numbers", w)
+	}
+	if b := byScenario[ScenarioBurst+"/runc"]; b.N != 5 {
+		t.Errorf("burst created %d of 5: %s", b.N, b.Extra)
+	}
+	d := byScenario[ScenarioDensity+"/runc"]
+	if _, ok := d.Metrics["daemon_rss_bytes_per_sandbox"]; !ok || d.Metrics["memory_bytes_per_sandbox"] <= 0 {
+		t.Errorf("density metrics = %v, want memory and daemon RSS per sandbox", d.Metrics)
+	}
+	if _, ok := byScenario[ScenarioPeer+"/runc"].Metrics["corral_ratio_p50"]; !ok {
+		t.Errorf("peer row has no ratio: %+v", byScenario[ScenarioPeer+"/runc"])
+	}
+	if left, err := c.List(ctx, corral.ListOptions{}); err != nil || len(left) != 0 {
+		t.Errorf("sandboxes left after Run: %v (err %v)", left, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(os.TempDir(), "corral-bench-*", "rootfs")); len(m) > 0 {
+		t.Errorf("peer bundles left: %v", m)
+	}
+}
+
+func waitReady(t *testing.T, ctx context.Context, c *corral.Client) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Version(cctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not come up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
