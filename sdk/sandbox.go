@@ -25,6 +25,8 @@ type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
 	Deadline  *time.Time        `json:"deadline,omitempty"`
 	Error     string            `json:"error,omitempty"`
+	// Network is the sandbox's network policy, header values left out.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // CreateOptions describe a new sandbox. Zero values take the daemon's
@@ -41,6 +43,9 @@ type CreateOptions struct {
 	Timeout  *time.Duration
 	Env      map[string]string
 	Metadata map[string]string
+	// Network is the sandbox's network policy; nil takes the daemon's
+	// default mode (none unless configured).
+	Network *NetworkPolicy
 }
 
 // NoTimeout, used as CreateOptions.Timeout or with SetTimeout, asks for a
@@ -60,6 +65,7 @@ type createRequest struct {
 	Timeout  *int64            `json:"timeout,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	Network  *NetworkPolicy    `json:"network,omitempty"`
 }
 
 // seconds rounds d away from zero to whole seconds, so that a small
@@ -80,7 +86,7 @@ func seconds(d time.Duration) *int64 {
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
 	req := createRequest{
 		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
-		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata,
+		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata, Network: opts.Network,
 	}
 	if opts.Timeout != nil {
 		req.Timeout = seconds(*opts.Timeout)
@@ -230,7 +236,8 @@ func (ev *execEvent) bytes() []byte {
 
 // result returns the exit status an exit event carries.
 func (ev *execEvent) result(pid int) *ExecResult {
-	res := &ExecResult{PID: pid, Signal: ev.Signal, OOMKilled: ev.OOMKilled, TimedOut: ev.TimedOut}
+	res := &ExecResult{PID: pid, Signal: ev.Signal, OOMKilled: ev.OOMKilled, TimedOut: ev.TimedOut,
+		OutputTruncated: ev.Truncated, OutputDiscarded: ev.Discarded}
 	if ev.ExitCode != nil {
 		res.ExitCode = *ev.ExitCode
 	}

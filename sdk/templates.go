@@ -1,11 +1,9 @@
 package corral
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/url"
 	"time"
@@ -13,9 +11,19 @@ import (
 
 // Template is a root file system that sandboxes start from.
 type Template struct {
-	Name      string    `json:"name"`
+	Name string `json:"name"`
+	// Source says how it was made: "import", "pull", "build" or a recipe
+	// name.
 	Source    string    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
+	// Image and Digest name the image it came from (the reference
+	// pulled, or the FROM of a build) and its manifest digest.
+	Image  string `json:"image,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	// BuildKeys are the build cache keys of the steps that made it.
+	BuildKeys []string `json:"build_keys,omitempty"`
+	// Defaults say how processes run in its sandboxes, from the image.
+	Defaults *TemplateDefaults `json:"defaults,omitempty"`
 }
 
 // Templates lists templates by name.
@@ -27,7 +35,20 @@ func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 	return out, nil
 }
 
-// ImportTemplate makes a template from a rootfs tarball (plain or gzip).
+// Template returns one template by name.
+func (c *Client) Template(ctx context.Context, name string) (*Template, error) {
+	var t Template
+	if err := c.doJSON(ctx, "GET", "/v1/templates/"+url.PathEscape(name), nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// ImportTemplate makes a template from a tar archive (plain or gzip): a
+// root file system, or an image (an OCI image layout in a tar, or a
+// `docker save` archive), told apart by the daemon from the archive's
+// top-level names. An image's configuration becomes the template's
+// Defaults.
 func (c *Client) ImportTemplate(ctx context.Context, name string, tarball io.Reader) (*Template, error) {
 	resp, err := c.do(ctx, "PUT", "/v1/templates/"+url.PathEscape(name), nil, tarball, "application/x-tar")
 	if err != nil {
@@ -62,39 +83,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, opts BuildOptio
 		return nil, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 4<<20)
-	for sc.Scan() {
-		var ev struct {
-			Type     string    `json:"type"`
-			Text     string    `json:"text"`
-			Template *Template `json:"template"`
-			Error    *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("decoding build event: %w", err)
-		}
-		switch ev.Type {
-		case "log":
-			if progress != nil {
-				fmt.Fprintln(progress, ev.Text)
-			}
-		case "done":
-			return ev.Template, nil
-		case "error":
-			if ev.Error == nil {
-				return nil, &Error{Status: 200, Code: CodeInternal, Message: "build failed"}
-			}
-			return nil, &Error{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading build stream: %w", err)
-	}
-	return nil, &Error{Code: CodeUnavailable, Message: "build stream ended without a result"}
+	return readBuildStream(resp.Body, StreamOptions{Log: progress})
 }
 
 // DeleteTemplate removes a template no sandbox uses.

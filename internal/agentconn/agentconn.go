@@ -157,6 +157,21 @@ func (l *Listener) Dial(ctx context.Context) (net.Conn, error) {
 	}
 }
 
+// Drop closes the current session, if any, so that Dial and
+// WaitConnected wait for the agent's next connection. It is for a caller
+// that knows the connection went stale without either end seeing it (a
+// gVisor sandbox checkpointed and left running) and makes the agent dial
+// again.
+func (l *Listener) Drop() {
+	l.mu.Lock()
+	sess := l.sess
+	l.sess = nil
+	l.mu.Unlock()
+	if sess != nil {
+		sess.Close()
+	}
+}
+
 // Close stops accepting, closes the session and removes the socket file.
 func (l *Listener) Close() error {
 	l.mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,7 +63,7 @@ func TestDialOutAndReconnect(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = agentd.ServeDialing(ctx, sock, h, nil, func() { connects.Done() })
+		_ = agentd.ServeDialing(ctx, sock, h, nil, func() { connects.Done() }, nil)
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
@@ -115,4 +117,45 @@ func TestDialWaitsAndTimesOut(t *testing.T) {
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket left after close: %v", err)
 	}
+}
+
+// TestRedialAndDrop: a redial signal makes the agent drop its connection
+// and dial again; Drop makes the daemon's end wait for the next one.
+func TestRedialAndDrop(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "agent.sock")
+	l, err := agentconn.Listen(sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	ctx, cancel := context.WithCancel(context.Background())
+	var connects atomic.Int32
+	redial := make(chan os.Signal, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = agentd.ServeDialing(ctx, sock, h, nil, func() { connects.Add(1) }, redial)
+	})
+	defer func() { cancel(); wg.Wait() }()
+	waitConnects := func(n int32) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for connects.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections, want %d", connects.Load(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if got := get(t, l, "/"); got != "ok" {
+			t.Fatalf("got %q", got)
+		}
+	}
+	waitConnects(1)
+	redial <- syscall.SIGHUP
+	waitConnects(2)
+	l.Drop()
+	if err := l.WaitConnected(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitConnects(3)
 }

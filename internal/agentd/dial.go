@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -21,7 +23,12 @@ import (
 // daemon restarted, the sandbox was restored from a checkpoint), it dials
 // again, backing off up to one second, until ctx ends. connected is called
 // after every successful dial; the first call means the agent is ready.
-func ServeDialing(ctx context.Context, path string, h http.Handler, log *slog.Logger, connected func()) error {
+//
+// Every value from redial (may be nil) drops the current connection and
+// dials again at once. A gVisor sandbox that was checkpointed and left
+// running has a connection that neither end sees fail until the next
+// keep-alive, seconds later; the driver then signals the agent (SIGHUP).
+func ServeDialing(ctx context.Context, path string, h http.Handler, log *slog.Logger, connected func(), redial <-chan os.Signal) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -48,7 +55,19 @@ func ServeDialing(ctx context.Context, path string, h http.Handler, log *slog.Lo
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		stop := context.AfterFunc(ctx, func() { srv.Close() })
+		served := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			select {
+			case <-redial:
+				log.Info("told to dial again", "socket", path)
+				sess.Close()
+			case <-served:
+			}
+		})
 		err = srv.Serve(sess)
+		close(served)
+		wg.Wait()
 		stop()
 		sess.Close()
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !sess.IsClosed() {

@@ -12,6 +12,12 @@
 //     is ready to serve, or one line "error: <message>\n" when start-up
 //     fails, and closes it either way.
 //
+// Where the agent cannot accept connections from the host (gVisor, VMs),
+// the driver starts `/.corral/agent agent --dial=PATH` instead: the agent
+// dials the unix socket PATH, serves yamux streams over the connection
+// (ServeDialing), dials again whenever it breaks, and on SIGHUP drops it
+// and dials again at once.
+//
 // As PID 1 the agent brings up the loopback interface and reaps every
 // orphaned process in the sandbox.
 //

@@ -209,8 +209,13 @@ func writeFile(f *os.File, p string, mode os.FileMode, body io.Reader) (wire.Fil
 	if !fi.Mode().IsRegular() {
 		return wire.FileInfo{}, errorf(errdefs.ErrFailedPrecondition, "writing %s: not a regular file", p)
 	}
-	if err := f.Chmod(mode); err != nil {
-		return wire.FileInfo{}, fsError("setting mode of "+p, err)
+	// Only when it changes: some files can be written but not chmod'ed
+	// (cgroup control files in gVisor, which the gVisor driver writes).
+	const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+	if fi.Mode()&modeBits != mode&modeBits {
+		if err := f.Chmod(mode); err != nil {
+			return wire.FileInfo{}, fsError("setting mode of "+p, err)
+		}
 	}
 	if _, err := io.Copy(f, body); err != nil {
 		return wire.FileInfo{}, fsError("writing "+p, err)

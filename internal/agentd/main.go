@@ -111,13 +111,16 @@ func Main(args []string) int {
 func serveDialMode(path string, srv *Server, log *slog.Logger, report func(string), asInit bool) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
+	redial := make(chan os.Signal, 1)
+	signal.Notify(redial, syscall.SIGHUP)
+	defer signal.Stop(redial)
 	var once sync.Once
 	err := ServeDialing(ctx, path, srv.Handler(), log, func() {
 		once.Do(func() {
 			log.Info("agent ready", "pid", os.Getpid(), "init", asInit, "dial", path)
 			report("ok\n")
 		})
-	})
+	}, redial)
 	srv.Close()
 	if ctx.Err() != nil {
 		log.Info("agent shut down")

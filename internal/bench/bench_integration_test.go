@@ -31,6 +31,8 @@ func TestRunAgainstDaemon(t *testing.T) {
 	var logs bytes.Buffer
 	cmd := exec.Command(bin, "server", "--state-dir", filepath.Join(base, "state"), "--socket", socket,
 		"--storage", "overlay", "--cgroup-parent", cgroup)
+	// The daemon's sandbox networks: its own subnet, interfaces and table.
+	cmd.Args = append(cmd.Args, testutil.NewDaemonNetwork(t).Args(nil)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting daemon: %v", err)

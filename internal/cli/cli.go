@@ -71,6 +71,7 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"inspect":  c.inspect,
 		"timeout":  c.timeout,
 		"update":   c.update,
+		"network":  c.network,
 		"template": c.template,
 		"shell":    c.shell,
 		"attach":   c.attach,
@@ -78,6 +79,8 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"logs":     c.logs,
 		"kill":     c.kill,
 		"cp":       c.cp,
+		"bench":    c.bench,
+		"doctor":   c.doctor,
 	}
 	h, ok := handlers[cmd]
 	if !ok {
@@ -102,6 +105,8 @@ Sandboxes:
   inspect ID                   show a sandbox as JSON
   timeout ID DURATION          set a sandbox's deadline to now+DURATION (0: none)
   update ID [--cpus N] [--memory M] [--pids N]   change a running sandbox's limits
+  network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...
+                               show a sandbox's network policy, or replace it live
   rm ID...                     destroy sandboxes
 
 Processes:
@@ -118,11 +123,26 @@ Files:
                                contents); a directory onto a missing path creates it.
 
 Templates:
-  template ls | build NAME [--recipe debian|busybox] | import NAME FILE.tar | rm NAME
+  template ls                  list templates
+  template pull NAME REF [--platform P] [--insecure]
+                               make a template from a registry image (its Env, WorkingDir
+                               and User become the defaults of execs in its sandboxes)
+  template import NAME FILE    from a root file system tarball, an OCI image layout tar
+                               or a docker save archive
+  template build NAME [--recipe debian|busybox]
+  template build NAME -f Dockerfile [CONTEXT] [--build-arg K=V]...
+                               build a Dockerfile (FROM, RUN, COPY, ADD, ENV, WORKDIR,
+                               USER, ARG, ...); RUN steps run in sandboxes, without
+                               network unless --network or --allow-domain say otherwise;
+                               unchanged steps come from the cache
+  template rm NAME...          delete templates
 
 Daemon:
   server [flags]               run the daemon
   version
+  doctor [--json]              which runtimes and storage work on this host, and fixes
+  bench [--runtime R] [--iterations N] [--burst B] [--density D] [--peers] [--json]
+                               measure latency, burst, density (and peers) against the daemon
 
 Clients find the daemon through CORRAL_HOST (default unix:///run/corral/corral.sock,
 or http://host:port) and CORRAL_API_KEY.
@@ -177,6 +197,7 @@ type createFlags struct {
 	pids              int64
 	timeout           string
 	env, metadata     multiFlag
+	net               networkFlags
 }
 
 func (f *createFlags) register(fs *flag.FlagSet) {
@@ -189,10 +210,11 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.timeout, "timeout", "", "lifetime, e.g. 10m; 0 for no deadline (default: the daemon's)")
 	fs.Var(&f.env, "e", "environment variable KEY=VALUE (repeatable)")
 	fs.Var(&f.metadata, "metadata", "metadata KEY=VALUE (repeatable)")
+	f.net.register(fs, "network")
 }
 
 func (f *createFlags) options() (corral.CreateOptions, error) {
-	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids}
+	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy()}
 	var err error
 	if opts.MemoryMB, err = parseMB("memory", f.memory); err != nil {
 		return opts, err

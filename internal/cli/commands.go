@@ -26,8 +26,8 @@ func (f *execFlags) register(fs *flag.FlagSet, envFlag bool) {
 	if envFlag {
 		fs.Var(&f.env, "e", "environment variable KEY=VALUE (repeatable)")
 	}
-	fs.StringVar(&f.user, "user", "", "user to run as: name or uid[:gid] (default root)")
-	fs.StringVar(&f.cwd, "cwd", "", "working directory (default: the user's home)")
+	fs.StringVar(&f.user, "user", "", "user to run as: name or uid[:gid] (default: the template's user, else root)")
+	fs.StringVar(&f.cwd, "cwd", "", "working directory (default: the template's working directory, else the user's home)")
 	fs.StringVar(&f.timeout, "exec-timeout", "", "kill the command after this long, e.g. 30s")
 	fs.BoolVar(&f.interactive, "i", false, "pass standard input to the command")
 }
@@ -342,7 +342,7 @@ func (c *cli) timeout(args []string) int {
 
 func (c *cli) template(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(c.env.Stderr, "usage: corral template ls | build NAME [--recipe R] | import NAME FILE | rm NAME")
+		fmt.Fprintln(c.env.Stderr, "usage: corral template ls | pull NAME REF | build NAME [--recipe R | -f Dockerfile [CONTEXT]] | import NAME FILE | rm NAME")
 		return exitUsage
 	}
 	client, err := c.client()
@@ -367,27 +367,12 @@ func (c *cli) template(args []string) int {
 		tw.Flush()
 		return 0
 	case "build":
-		fs := c.flags("template build")
-		recipe := fs.String("recipe", "", "debian (default for the name \"default\") or busybox")
-		mirror := fs.String("mirror", "", "Debian mirror URL (debian recipe)")
-		essential := fs.Bool("build-essential", false, "include compilers (debian recipe)")
-		name, err := parseNameFirst(fs, rest)
-		if err != nil {
-			fmt.Fprintln(c.env.Stderr, "usage: corral template build NAME [--recipe debian|busybox]")
-			return exitUsage
-		}
-		if *recipe == "" {
-			*recipe = "debian"
-		}
-		t, err := client.BuildTemplate(ctx, name, corral.BuildOptions{Recipe: *recipe, Mirror: *mirror, BuildEssential: *essential}, c.env.Stderr)
-		if err != nil {
-			return c.fail(err)
-		}
-		fmt.Fprintln(c.env.Stdout, t.Name)
-		return 0
+		return c.templateBuild(ctx, client, rest)
+	case "pull":
+		return c.templatePull(ctx, client, rest)
 	case "import":
 		if len(rest) != 2 {
-			fmt.Fprintln(c.env.Stderr, "usage: corral template import NAME FILE.tar")
+			fmt.Fprintln(c.env.Stderr, "usage: corral template import NAME FILE.tar (a root file system, an OCI image layout or a docker save archive)")
 			return exitUsage
 		}
 		f, err := os.Open(rest[1])

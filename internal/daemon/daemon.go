@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,6 +21,9 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
+	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/images"
+	"github.com/corralrun/corral/internal/network"
 	"github.com/corralrun/corral/internal/reaper"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -74,6 +78,19 @@ type Config struct {
 	// seccomp and namespaces only). Templates built with them keep them.
 	NoUserNamespaces           bool
 	DefaultTimeout, MaxTimeout time.Duration
+	// DefaultNetwork is the network mode of sandboxes that name neither a
+	// mode nor rules: "none" (default), "allowlist" or "open".
+	DefaultNetwork string
+	// NetworkSubnet holds sandboxes' addresses, a /30 each
+	// (DefaultNetworkSubnet when zero). NetworkPrefix starts the names of
+	// their host-side interfaces (DefaultNetworkPrefix) and NetworkTable
+	// names the nftables table (DefaultNetworkTable). The daemon owns
+	// all three: a second daemon on the host needs its own.
+	NetworkSubnet               netip.Prefix
+	NetworkPrefix, NetworkTable string
+	// DNSUpstreams answer the lookups sandboxes' policies allow
+	// (default: the nameservers of the host's /etc/resolv.conf).
+	DNSUpstreams []netip.AddrPort
 	// ExecOutput and MaxExecOutput cap one exec's streamed output: the
 	// default cap (0: 64 MiB, negative: none) and the most a request may
 	// ask for (0: no maximum).
@@ -114,6 +131,9 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := c.setNetworkDefaults(); err != nil {
+		return err
+	}
 	if c.E2BListen != "" && c.APIKey == "" {
 		return errors.New("--e2b-listen needs an API key (--api-key or CORRAL_API_KEY)")
 	}
@@ -137,7 +157,10 @@ type Daemon struct {
 	storage storage.Backend
 	reaper  *reaper.Reaper
 	drivers []driver.Driver
+	egress  *egress.Server
+	network *network.Manager
 	manager *sandbox.Manager
+	images  *images.Service
 	servers []*http.Server
 	e2b     *e2b.Server
 	errc    chan error
@@ -204,6 +227,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting runc driver: %w", err)
 	}
 	d.drivers = append(d.drivers, rd)
+	if err := d.openNetwork(); err != nil {
+		return nil, err
+	}
 	d.manager, err = sandbox.New(sandbox.Config{
 		Store:          d.store,
 		Storage:        d.storage,
@@ -215,6 +241,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		MaxTimeout:     cfg.MaxTimeout,
 		ExecOutput:     cfg.ExecOutput,
 		MaxExecOutput:  cfg.MaxExecOutput,
+		Network:        d.network,
+		NetworkDir:     filepath.Join(cfg.StateDir, "netfiles"),
+		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
 		Logger:         d.log,
 	})
 	if err != nil {
@@ -224,7 +253,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.manager = nil
 		return nil, fmt.Errorf("reconciling sandboxes: %w", err)
 	}
-	srv := server.New(server.Config{Manager: d.manager, Version: cfg.Version, Storage: d.storage.Name(), Logger: d.log})
+	if err := d.openImages(); err != nil {
+		return nil, err
+	}
+	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: cfg.Version, Storage: d.storage.Name(), Logger: d.log})
 	if err := d.serveUnix(srv.Handler()); err != nil {
 		return nil, err
 	}
@@ -272,14 +304,18 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	if d.e2b != nil {
 		_ = d.e2b.Close() // its streams must end before Shutdown waits for them
 	}
+	if d.images != nil {
+		_ = d.images.Close() // cancels builds, whose streams then end
+	}
 	for _, s := range d.servers {
 		_ = s.Shutdown(ctx)
 	}
 	idle := true
 	if d.manager != nil {
 		idle = len(d.manager.List(sandbox.Filter{})) == 0
-		_ = d.manager.Close()
+		_ = d.manager.Close() // waits for network teardowns
 	}
+	d.closeNetwork(ctx)
 	for _, drv := range d.drivers {
 		_ = drv.Close()
 	}

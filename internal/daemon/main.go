@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -47,6 +48,12 @@ func Main(args []string, version string) int {
 	fs.Var(sizeFlag{&cfg.Max.DiskBytes}, "max-disk", "largest disk limit a sandbox may ask for (0: no maximum)")
 	fs.Uint64Var(&cfg.OpenFiles, "open-files", runc.DefaultOpenFiles, "open files limit (RLIMIT_NOFILE) of every sandbox process")
 	userns := fs.Bool("userns", true, "build new templates for sandboxes in user namespaces, where root is not host root")
+	fs.StringVar(&cfg.DefaultNetwork, "default-network", "none", "network mode of sandboxes that name none: none, allowlist or open")
+	cfg.NetworkSubnet = netip.MustParsePrefix(DefaultNetworkSubnet)
+	fs.Var(prefixFlag{&cfg.NetworkSubnet}, "network-subnet", "private IPv4 range for sandbox addresses, a /30 each")
+	fs.Var(upstreamsFlag{&cfg.DNSUpstreams}, "dns-upstream", "DNS server for sandboxes' allowed lookups, ADDRESS[:PORT] (repeatable; default: the nameservers of /etc/resolv.conf)")
+	fs.StringVar(&cfg.NetworkPrefix, "network-prefix", DefaultNetworkPrefix, "name prefix of sandboxes' host-side interfaces (unique per daemon on a host)")
+	fs.StringVar(&cfg.NetworkTable, "nft-table", DefaultNetworkTable, "nftables table (inet) of sandbox rules (unique per daemon on a host)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -133,3 +133,24 @@ type Updater interface {
 type TemplatePreparer interface {
 	PrepareTemplate(dir string) error
 }
+
+// Checkpointer saves the memory and kernel state of a running instance to
+// a directory and starts new instances from such a directory. A fork is a
+// Checkpoint with leaveRunning of one instance and a Restore of another.
+// The file system is not part of the image: the caller gives the restored
+// instance a root holding the files of the original at checkpoint time
+// (a storage snapshot taken while the original is paused, or after a
+// Checkpoint without leaveRunning).
+type Checkpointer interface {
+	// Checkpoint writes the state of instance id into dir, an empty
+	// directory. With leaveRunning the instance continues afterwards;
+	// without, it is stopped (StatusStopped) and must still be deleted.
+	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
+	// Restore creates a new instance id from the image in dir with the
+	// given spec (its own root, limits and network; spec.ID must be id or
+	// empty), as Create does:
+	// it returns once the restored agent accepts connections, and a
+	// failed Restore leaves nothing behind. The restored processes
+	// continue where the checkpoint left them.
+	Restore(ctx context.Context, id string, spec Spec, dir string) error
+}

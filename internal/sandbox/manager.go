@@ -16,6 +16,7 @@ import (
 
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/wire"
@@ -63,6 +64,17 @@ type Config struct {
 	Logger        *slog.Logger
 	// Now returns the current time; tests replace it.
 	Now func() time.Time
+	// Network, when set, gives every sandbox a network namespace prepared
+	// on the host, where its egress policy is enforced (package network).
+	// Without it sandboxes get the runtime's own namespace with loopback
+	// only, and only network mode none is accepted.
+	Network Network
+	// NetworkDir holds each sandbox's resolv.conf and hosts files, at
+	// <NetworkDir>/<id>/; required with Network.
+	NetworkDir string
+	// DefaultNetwork is the network mode of a sandbox whose spec names
+	// neither a mode nor rules (default none).
+	DefaultNetwork egress.Mode
 }
 
 // Manager creates, tracks, times out and destroys sandboxes. It is safe for
@@ -79,6 +91,12 @@ type Manager struct {
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+
+	// bg counts background network teardowns (releaseNetworkLater);
+	// bgClosed, under bgMu, turns new ones synchronous once Close waits.
+	bgMu     sync.Mutex
+	bgClosed bool
+	bg       sync.WaitGroup
 }
 
 // entry is the Manager's live view of one sandbox. op serializes lifecycle
@@ -87,6 +105,9 @@ type entry struct {
 	op    sync.Mutex
 	sb    Sandbox
 	agent *agent.Client
+	// netEnv is the proxy environment of the sandbox's network, the
+	// lowest layer of every process's environment.
+	netEnv []string
 }
 
 // New validates cfg and returns a Manager; call Start to load state.
@@ -126,6 +147,18 @@ func New(cfg Config) (*Manager, error) {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
+	if m.cfg.DefaultNetwork == "" {
+		m.cfg.DefaultNetwork = egress.ModeNone
+	}
+	if _, err := (egress.Policy{Mode: m.cfg.DefaultNetwork}).Normalize(); err != nil {
+		return nil, fmt.Errorf("default network: %w", err)
+	}
+	if cfg.Network != nil && cfg.NetworkDir == "" {
+		return nil, errors.New("sandbox manager with a network needs a network directory")
+	}
+	if cfg.Network == nil && m.cfg.DefaultNetwork != egress.ModeNone {
+		return nil, fmt.Errorf("default network mode %s needs network support", m.cfg.DefaultNetwork)
+	}
 	return m, nil
 }
 
@@ -142,11 +175,13 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the reaper and waits for it. Sandboxes keep running. It is
-// safe to call more than once.
+// Close stops the reaper and waits for it and for network teardowns of
+// deleted sandboxes. Sandboxes keep running. It is safe to call more than
+// once.
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() { close(m.stop) })
 	m.wg.Wait()
+	m.waitBackground()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range m.sandboxes {
@@ -216,6 +251,16 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		}
 	})
 	storageDone := time.Now()
+	netSpec, err := m.setupNetwork(ctx, sb)
+	if err != nil {
+		return fail(err) // names the sandbox already
+	}
+	undo = append(undo, func(ctx context.Context) {
+		if err := m.releaseNetwork(ctx, sb.ID); err != nil {
+			m.log.Error("rolling back network", "sandbox_id", sb.ID, "err", err)
+		}
+	})
+	networkDone := time.Now()
 	err = drv.Create(ctx, driver.Spec{
 		ID:       sb.ID,
 		RootFS:   root,
@@ -225,6 +270,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			MemoryBytes: sb.MemoryBytes,
 			Pids:        sb.Pids,
 		},
+		Network: netSpec,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("starting sandbox %s: %w", sb.ID, err))
@@ -241,6 +287,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 
 	m.mu.Lock()
 	e.agent = m.newAgent(drv, sb.ID)
+	if netSpec != nil {
+		e.netEnv = netSpec.Env
+	}
 	e.sb.State = StateRunning
 	sb = e.sb.clone()
 	m.mu.Unlock()
@@ -249,7 +298,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	}
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
 		"duration_ms", time.Since(start).Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
-		"driver_ms", driverDone.Sub(storageDone).Milliseconds())
+		"network_ms", networkDone.Sub(storageDone).Milliseconds(), "driver_ms", driverDone.Sub(networkDone).Milliseconds())
 	return sb, nil
 }
 
@@ -292,6 +341,14 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 	if err != nil {
 		return Sandbox{}, nil, err
 	}
+	mode := m.cfg.DefaultNetwork
+	if hasRules(spec.Network) {
+		mode = egress.ModeAllowlist // rules ask for a restriction, whatever the default
+	}
+	policy, err := m.resolvePolicy(spec.Network, mode)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
 	return Sandbox{
 		ID:          newID(),
 		Template:    spec.Template,
@@ -305,6 +362,7 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 		Metadata:    cloneMap(spec.Metadata),
 		CreatedAt:   now.UTC(),
 		Deadline:    deadline,
+		Network:     policy,
 	}, drv, nil
 }
 
@@ -430,6 +488,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		e.agent.Close()
 	}
 	m.forget(ctx, id)
+	if m.managedNetwork(sb) {
+		m.releaseNetworkLater(id)
+	}
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil
 }
@@ -527,11 +588,10 @@ func (m *Manager) Agent(id string) (*agent.Client, error) {
 // When a process dies of SIGKILL and the sandbox's OOM-kill count rose
 // meanwhile, the exit event says OOMKilled.
 func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn func(wire.ExecEvent) error) error {
-	e, client, runtime, env, err := m.running(id, req.Env)
+	e, client, runtime, err := m.running(id, &req)
 	if err != nil {
 		return err
 	}
-	req.Env = env
 	switch {
 	case req.MaxOutputBytes < 0:
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "max_output_bytes must not be negative")
@@ -561,11 +621,10 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 // agent.Client.StartProcess) in a running sandbox. As with Exec, the
 // sandbox's environment is the base of the process's.
 func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartRequest) (wire.ProcessInfo, error) {
-	e, client, _, env, err := m.running(id, req.Env)
+	e, client, _, err := m.running(id, &req.ExecRequest)
 	if err != nil {
 		return wire.ProcessInfo{}, err
 	}
-	req.Env = env
 	info, err := client.StartProcess(ctx, req)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		m.checkAlive(context.WithoutCancel(ctx), e)
@@ -573,26 +632,21 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartReq
 	return info, err
 }
 
-// running returns a running sandbox's entry, agent and runtime, and the
-// environment of a process in it: the sandbox's, overridden by env.
-func (m *Manager) running(id string, env map[string]string) (*entry, *agent.Client, string, map[string]string, error) {
+// running returns a running sandbox's entry, agent and runtime, and fills
+// in what req leaves to the sandbox and its template (withDefaults).
+func (m *Manager) running(id string, req *wire.ExecRequest) (*entry, *agent.Client, string, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
 	if !ok {
-		return nil, nil, "", nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+		return nil, nil, "", errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {
-		return nil, nil, "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
+		return nil, nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
 	}
-	if len(e.sb.Env) > 0 {
-		merged := cloneMap(e.sb.Env)
-		for k, v := range env {
-			merged[k] = v
-		}
-		env = merged
-	}
-	return e, e.agent, e.sb.Runtime, env, nil
+	m.withDefaults(e.sb, req)
+	withNetworkEnv(e, req)
+	return e, e.agent, e.sb.Runtime, nil
 }
 
 // checkAlive marks a sandbox as errored when its instance is gone, so that
@@ -646,6 +700,13 @@ func ValidateTemplateName(name string) error {
 // directory, and records it. Names are lower-case letters, digits, '.', '_'
 // and '-', at most 63 characters.
 func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill func(dir string) error) (Template, error) {
+	return m.CreateTemplateFrom(ctx, Template{Name: name, Source: source}, fill)
+}
+
+// CreateTemplateFrom is CreateTemplate for a record that says more than a
+// name and a source (image, digest, defaults); its CreatedAt is set here.
+func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(dir string) error) (Template, error) {
+	name := t.Name
 	if err := ValidateTemplateName(name); err != nil {
 		return Template{}, err
 	}
@@ -671,7 +732,8 @@ func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill 
 	if err := m.cfg.Storage.CreateTemplate(ctx, name, prepared); err != nil {
 		return Template{}, fmt.Errorf("creating template %q: %w", name, err)
 	}
-	t := Template{Name: name, Source: source, CreatedAt: m.cfg.Now().UTC()}
+	t = t.clone()
+	t.CreatedAt = m.cfg.Now().UTC()
 	if err := m.cfg.Store.PutTemplate(ctx, t); err != nil {
 		if derr := m.cfg.Storage.DeleteTemplate(context.WithoutCancel(ctx), name); derr != nil {
 			m.log.Error("rolling back template", "template", name, "err", derr)
@@ -681,7 +743,7 @@ func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill 
 	m.mu.Lock()
 	m.templates[name] = t
 	m.mu.Unlock()
-	return t, nil
+	return t.clone(), nil
 }
 
 // DeleteTemplate removes a template that no sandbox uses.
@@ -718,7 +780,7 @@ func (m *Manager) Templates() []Template {
 	m.mu.RLock()
 	out := make([]Template, 0, len(m.templates))
 	for _, t := range m.templates {
-		out = append(out, t)
+		out = append(out, t.clone())
 	}
 	m.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -733,7 +795,7 @@ func (m *Manager) Template(name string) (Template, error) {
 	if !ok {
 		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
 	}
-	return t, nil
+	return t.clone(), nil
 }
 
 // newID returns a random sandbox ID: 16 lower-case base32 characters, safe

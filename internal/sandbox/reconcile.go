@@ -16,7 +16,9 @@ import (
 //     reattached; those whose instance is gone are released and dropped;
 //   - instances and roots that no record names are released;
 //   - templates in storage that the store lacks are recorded, and records
-//     whose tree is gone are dropped.
+//     whose tree is gone are dropped;
+//   - networks of kept sandboxes are adopted, all others removed
+//     (reconcileNetworks).
 func (m *Manager) reconcile(ctx context.Context) error {
 	if err := m.reconcileTemplates(ctx); err != nil {
 		return err
@@ -94,7 +96,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return m.reconcileNetworks(ctx)
 }
 
 func (m *Manager) reconcileTemplates(ctx context.Context) error {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"time"
+
+	"github.com/corralrun/corral/internal/egress"
 )
 
 // Spec is what a caller asks for when creating a sandbox. Zero resource
@@ -22,6 +24,10 @@ type Spec struct {
 	Timeout  *time.Duration
 	Env      map[string]string
 	Metadata map[string]string
+	// Network is what the sandbox may reach. An empty Mode means
+	// allowlist when the policy has rules and the Manager's default mode
+	// otherwise.
+	Network egress.Policy
 }
 
 // Sandbox is the Manager's record of one sandbox, as persisted in the store.
@@ -42,12 +48,17 @@ type Sandbox struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Error says why a sandbox is in StateError.
 	Error string `json:"error,omitempty"`
+	// Network is the sandbox's current network policy, normalized. It
+	// holds the values of injected headers: show it through a redacting
+	// view only. Records of sandboxes made before networks have no Mode.
+	Network egress.Policy `json:"network,omitzero"`
 }
 
 // clone returns a deep copy, so callers never share maps with the Manager.
 func (s Sandbox) clone() Sandbox {
 	s.Env = cloneMap(s.Env)
 	s.Metadata = cloneMap(s.Metadata)
+	s.Network = clonePolicy(s.Network)
 	return s
 }
 
@@ -65,8 +76,21 @@ func cloneMap(m map[string]string) map[string]string {
 // Template is the record of one template tree in storage.
 type Template struct {
 	Name      string    `json:"name"`
-	Source    string    `json:"source"` // "import", "debian", "busybox"
+	Source    string    `json:"source"` // "import", "debian", "busybox", "pull", "build"
 	CreatedAt time.Time `json:"created_at"`
+	// Image is the image the tree came from (the reference pulled, or the
+	// FROM of a build; empty for an imported archive) and Digest its
+	// manifest digest; the image cache keeps the image's blobs while a
+	// template names it.
+	Image  string `json:"image,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	// BuildKeys are the build cache keys of the steps that made the
+	// tree; the build cache keeps their results while the template exists,
+	// so a rebuild reuses them.
+	BuildKeys []string `json:"build_keys,omitempty"`
+	// Defaults say how processes run in the template's sandboxes (from the
+	// image configuration); nil for trees not made from an image.
+	Defaults *Defaults `json:"defaults,omitempty"`
 }
 
 // Filter selects sandboxes in List. Zero fields match everything.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -178,6 +179,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CreateSandboxRequest": {CreateRequest{}},
 		"TimeoutRequest":       {TimeoutRequest{}},
 		"UpdateRequest":        {UpdateRequest{}},
+		"NetworkPolicy":        {NetworkPolicy{}},
+		"HeaderRule":           {HeaderRule{}},
 		"Stats":                {driver.Stats{}},
 		"ExecRequest":          {wire.ExecRequest{}},
 		"ExecEvent":            {wire.ExecEvent{}},
@@ -185,6 +188,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"MkdirRequest":         {wire.MkdirRequest{}},
 		"RenameRequest":        {wire.RenameRequest{}},
 		"Template":             {sandbox.Template{}},
+		"TemplateDefaults":     {sandbox.Defaults{}, image.Defaults{}},
+		"PullRequest":          {PullRequest{}},
+		"Progress":             {image.Progress{}},
 		"BuildRequest":         {BuildRequest{}},
 		"BuildEvent":           {BuildEvent{}},
 		"StartRequest":         {wire.StartRequest{}},

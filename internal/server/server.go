@@ -19,6 +19,7 @@ import (
 
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/images"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/template"
 	"github.com/corralrun/corral/internal/wire"
@@ -35,7 +36,10 @@ type Config struct {
 	// Version and Storage are reported by /v1/version.
 	Version string
 	Storage string
-	Logger  *slog.Logger
+	// Images, when set, serves template pulls, image imports and
+	// Dockerfile builds (templates.go).
+	Images *images.Service
+	Logger *slog.Logger
 }
 
 // Server serves the /v1 API for one Manager.
@@ -79,6 +83,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/sandboxes/{id}", s.deleteSandbox},
 		{"POST /v1/sandboxes/{id}/timeout", s.setTimeout},
 		{"PATCH /v1/sandboxes/{id}", s.updateSandbox},
+		{"PUT /v1/sandboxes/{id}/network", s.updateNetwork},
 		{"GET /v1/sandboxes/{id}/stats", s.stats},
 		{"POST /v1/sandboxes/{id}/exec", s.exec},
 		{"GET /v1/sandboxes/{id}/files", s.readFile},
@@ -106,6 +111,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/templates/{name}", s.getTemplate},
 		{"PUT /v1/templates/{name}", s.importTemplate},
 		{"POST /v1/templates/{name}/build", s.buildTemplate},
+		{"POST /v1/templates/{name}/pull", s.pullTemplate},
 		{"DELETE /v1/templates/{name}", s.deleteTemplate},
 	}
 }
@@ -185,7 +191,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb and timeout must not be negative"))
 		return
 	}
-	sb, err := s.m.Create(r.Context(), req.spec())
+	spec := req.spec()
+	var err error
+	if spec.Network, err = req.Network.policy(); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	sb, err := s.m.Create(r.Context(), spec)
 	if err != nil {
 		wire.WriteError(w, err)
 		return
@@ -429,8 +441,13 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, t)
 }
 
-// importTemplate makes a template from a rootfs tarball in the body.
+// importTemplate makes a template from a rootfs tarball in the body, or
+// from an image archive when the server has an image service.
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Images != nil {
+		s.importArchive(w, r)
+		return
+	}
 	name := r.PathValue("name")
 	t, err := s.m.CreateTemplate(r.Context(), name, "import", func(dir string) error {
 		return template.ExtractTar(r.Context(), r.Body, dir)
@@ -447,6 +464,9 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, err)
 		return
 	}
+	if s.cfg.Images != nil {
+		s.cfg.Images.Collect()
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -454,6 +474,10 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 // NDJSON BuildEvents. Disconnecting cancels the build and removes what it
 // made.
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	if isMultipart(r) {
+		s.buildFromFile(w, r)
+		return
+	}
 	var req BuildRequest
 	if err := decode(r, &req); err != nil {
 		wire.WriteError(w, err)

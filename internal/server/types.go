@@ -4,12 +4,13 @@ import (
 	"math"
 	"time"
 
+	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/wire"
 )
 
-// SandboxView is a sandbox as the API shows it. Environment values are not
-// shown: they may hold secrets.
+// SandboxView is a sandbox as the API shows it. Environment values and
+// injected header values are not shown: they may hold secrets.
 type SandboxView struct {
 	ID        string            `json:"id"`
 	Template  string            `json:"template"`
@@ -23,6 +24,7 @@ type SandboxView struct {
 	CreatedAt time.Time         `json:"created_at"`
 	Deadline  *time.Time        `json:"deadline,omitempty"`
 	Error     string            `json:"error,omitempty"`
+	Network   *NetworkPolicy    `json:"network,omitempty"`
 }
 
 func viewOf(sb sandbox.Sandbox) SandboxView {
@@ -38,6 +40,7 @@ func viewOf(sb sandbox.Sandbox) SandboxView {
 		Metadata:  sb.Metadata,
 		CreatedAt: sb.CreatedAt,
 		Error:     sb.Error,
+		Network:   networkView(sb.Network),
 	}
 	if !sb.Deadline.IsZero() {
 		d := sb.Deadline
@@ -59,6 +62,7 @@ type CreateRequest struct {
 	Timeout  *int64            `json:"timeout,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	Network  *NetworkPolicy    `json:"network,omitempty"`
 }
 
 func (r CreateRequest) spec() sandbox.Spec {
@@ -94,10 +98,11 @@ type BuildRequest struct {
 	BuildEssential bool   `json:"build_essential,omitempty"`
 }
 
-// BuildEvent is one line of a template build stream.
+// BuildEvent is one line of a template build or pull stream.
 type BuildEvent struct {
-	Type     string            `json:"type"` // "log", "done" or "error"
+	Type     string            `json:"type"` // "log", "progress", "done" or "error"
 	Text     string            `json:"text,omitempty"`
+	Progress *image.Progress   `json:"progress,omitempty"`
 	Template *sandbox.Template `json:"template,omitempty"`
 	Error    *errorDetail      `json:"error,omitempty"`
 }

@@ -102,6 +102,8 @@ func startHarness(t *testing.T) *harness {
 	h.cmd = exec.Command(corralBin, "server", "--state-dir", filepath.Join(base, "state"), "--socket", socket,
 		"--storage", "overlay", "--cgroup-parent", h.cgroup, "--log-level", "debug",
 		"--api-key", h.apiKey, "--e2b-listen", addr)
+	// The daemon's sandbox networks: its own subnet, interfaces and table.
+	h.cmd.Args = append(h.cmd.Args, testutil.NewDaemonNetwork(t).Args(nil)...)
 	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
 	if err := h.cmd.Start(); err != nil {
 		t.Fatalf("starting corral server: %v", err)

@@ -152,6 +152,14 @@ func bareRuncRun(b testing.TB, bundle string) time.Duration {
 	id := "corral-bare-" + randHex(4)
 	root := filepath.Join(bundle, "state")
 	cmd := exec.Command("runc", "--root", root, "run", "--bundle", bundle, id)
+	return firstOutputOf(b, cmd, func() {
+		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	})
+}
+
+// firstOutputOf runs cmd to its end, then cleanup, and returns the time
+// from its start to its first output byte.
+func firstOutputOf(b testing.TB, cmd *exec.Cmd, cleanup func()) time.Duration {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -162,13 +170,13 @@ func bareRuncRun(b testing.TB, bundle string) time.Duration {
 	}
 	buf := make([]byte, 1)
 	if _, err := io.ReadFull(stdout, buf); err != nil {
-		b.Fatalf("reading runc output: %v", err)
+		b.Fatalf("reading %s output: %v", cmd.Path, err)
 	}
 	at := time.Since(start)
 	_, _ = io.Copy(io.Discard, stdout)
 	if err := cmd.Wait(); err != nil {
-		b.Fatalf("runc run: %v", err)
+		b.Fatalf("%s: %v", cmd.Args, err)
 	}
-	_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	cleanup()
 	return at
 }

@@ -29,6 +29,7 @@ type daemon struct {
 	socket   string
 	cgroup   string
 	storage  string
+	net      testutil.DaemonNetwork
 	args     []string
 	cmd      *exec.Cmd
 	logs     *syncBuffer
@@ -87,8 +88,10 @@ func startDaemon(t testing.TB, storage string, extra ...string) *daemon {
 		storage:  storage,
 		logs:     &syncBuffer{},
 	}
+	d.net = testutil.NewDaemonNetwork(t)
 	d.args = append([]string{"server", "--state-dir", d.stateDir, "--socket", d.socket,
-		"--storage", storage, "--cgroup-parent", d.cgroup, "--log-level", "debug"}, extra...)
+		"--storage", storage, "--cgroup-parent", d.cgroup, "--log-level", "debug"}, d.net.Args(extra)...)
+	d.args = append(d.args, extra...)
 	t.Cleanup(func() {
 		d.cleanup()
 		os.RemoveAll(base)
@@ -199,6 +202,9 @@ func checkNoLeaks(t testing.TB, d *daemon) {
 	out, err := exec.Command("runc", "--root", filepath.Join(d.stateDir, "runc", "state"), "list", "-q").Output()
 	if err == nil && strings.TrimSpace(string(out)) != "" {
 		t.Errorf("leaked runc containers: %s", out)
+	}
+	if n := d.net.Leftovers(t); len(n) > 0 {
+		t.Errorf("leaked network objects: %v", n)
 	}
 	// Remove the now empty cgroup parents.
 	for _, c := range cgroupParents(d.cgroup) {

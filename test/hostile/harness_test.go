@@ -46,6 +46,7 @@ type daemon struct {
 	// a host file (secretFile) that no sandbox may read.
 	secret     string
 	secretFile string
+	net        testutil.DaemonNetwork
 	cmd        *exec.Cmd
 	logs       *syncBuffer
 	client     *corral.Client
@@ -111,8 +112,10 @@ func startDaemon(t testing.TB, extra ...string) *daemon {
 	if err := os.WriteFile(d.secretFile, []byte(d.secret+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	d.net = testutil.NewDaemonNetwork(t)
 	args := append([]string{"server", "--state-dir", d.stateDir, "--socket", d.socket,
-		"--storage", "btrfs", "--cgroup-parent", d.cgroup, "--log-level", "debug"}, extra...)
+		"--storage", "btrfs", "--cgroup-parent", d.cgroup, "--log-level", "debug"}, d.net.Args(extra)...)
+	args = append(args, extra...)
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Env = append(os.Environ(), "CORRAL_TEST_SECRET="+d.secret)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
@@ -216,6 +219,9 @@ func (d *daemon) checkNoLeaks(t testing.TB) {
 	if err == nil && strings.TrimSpace(string(out)) != "" {
 		t.Errorf("leaked runc containers: %s", out)
 	}
+	if n := d.net.Leftovers(t); len(n) > 0 {
+		t.Errorf("leaked network objects: %v", n)
+	}
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, r := range roots {
 		_ = os.Remove(filepath.Join(r, d.cgroup))
@@ -243,6 +249,8 @@ type suite struct {
 	d         *daemon
 	neighbour string
 	attack    []byte
+	// runtime runs every sandbox of the suite: "runc" or "gvisor".
+	runtime string
 }
 
 // buildAttack compiles testdata/attack statically.
@@ -266,6 +274,7 @@ func buildAttack(t testing.TB) []byte {
 func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 	t.Helper()
 	opts.Template = "bb"
+	opts.Runtime = s.runtime
 	ctx := t.Context()
 	sb, err := s.d.client.Create(ctx, opts)
 	if err != nil {
@@ -291,6 +300,11 @@ func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 		t.Fatalf("copying the attack binary into %s: %v", sb.ID, err)
 	}
 	return sb.ID
+}
+
+// agentSocket is the host path of sandbox id's agent socket.
+func (s *suite) agentSocket(id string) string {
+	return filepath.Join(s.d.stateDir, "runc", "sandboxes", id, "agent.sock")
 }
 
 // cgroupProcs is the cgroup.procs file of sandbox id's memory cgroup.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,8 +30,12 @@ const latencyBudget = 50 * time.Millisecond
 // attack), with one neighbour sandbox that each case checks.
 func TestHostile(t *testing.T) {
 	d := startDaemon(t)
-	s := &suite{d: d, attack: buildAttack(t)}
-	nb, err := d.client.Create(t.Context(), corral.CreateOptions{Template: "bb", CPUs: 1, MemoryMB: 128})
+	runCases(t, &suite{d: d, attack: buildAttack(t), runtime: "runc"})
+}
+
+func runCases(t *testing.T, s *suite) {
+	d := s.d
+	nb, err := d.client.Create(t.Context(), corral.CreateOptions{Template: "bb", Runtime: s.runtime, CPUs: 1, MemoryMB: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +79,12 @@ func testConfinement(t *testing.T, s *suite) {
 	res := s.sh(t, id, "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; cat /proc/self/uid_map; ulimit -n; ulimit -c", 10*time.Second)
 	want := []string{"CapInh:\t0000000000000000", "CapPrm:\t00000000000004fb", "CapEff:\t00000000000004fb",
 		"CapBnd:\t00000000000004fb", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"}
+	if s.runtime == "gvisor" {
+		// gVisor's /proc/self/status has no CapAmb and no NoNewPrivs line.
+		want = slices.DeleteFunc(want, func(w string) bool {
+			return strings.HasPrefix(w, "CapAmb") || strings.HasPrefix(w, "NoNewPrivs")
+		})
+	}
 	for _, w := range want {
 		if !strings.Contains(res.stdout, w+"\n") {
 			t.Errorf("sandbox status lacks %q:\n%s", w, res.stdout)
@@ -83,7 +95,13 @@ func testConfinement(t *testing.T, s *suite) {
 		t.Errorf("open files and core limits: %q, want 4096 and 0", lines)
 	}
 	// uid_map: "0 <host> 65536": root inside is an unprivileged host user.
-	for _, l := range lines {
+	// gVisor shows its own kernel's map there; its mapping applies to the
+	// host processes below, checked by their uids.
+	mapLines := lines
+	if s.runtime == "gvisor" {
+		mapLines = nil
+	}
+	for _, l := range mapLines {
 		f := strings.Fields(l)
 		if len(f) == 3 && f[0] == "0" {
 			host, _ := strconv.ParseUint(f[1], 10, 32)
@@ -122,6 +140,24 @@ var wantProbes = map[string]string{
 	"sethostname": "EPERM", "chroot": "EPERM",
 }
 
+// gvisorProbes is wantProbes where gVisor answers differently, each for a
+// reason that keeps the host out of reach.
+func gvisorProbes() map[string]string {
+	m := maps.Clone(wantProbes)
+	// The gVisor driver leaves out the rule that answers ENOSYS (gVisor
+	// would answer EPERM, and glibc falls back to clone(2) on ENOSYS
+	// only); gVisor's kernel rejects the empty argument.
+	m["clone3"] = "EINVAL"
+	// gVisor's own answers: no persona query, an I/O error for the
+	// read-only file.
+	m["personality-query"] = "EINVAL"
+	m["write-proc-sys-hostname"] = "fails"
+	// The score is gVisor's own: the host's OOM killer sees the Sentry's
+	// (500), which nothing inside can reach.
+	m["lower-oom-score"] = "ok"
+	return m
+}
+
 // testSyscalls runs every system-call probe; each must fail the way the
 // seccomp profile, the capability set or the read-only /proc paths make it
 // fail. TestProbesWithoutConfinement shows the same probes get through
@@ -133,7 +169,11 @@ func testSyscalls(t *testing.T, s *suite) {
 		t.Fatalf("attack probes: exit %d, stderr %s", res.ExitCode, res.stderr)
 	}
 	got := probes(res.stdout)
-	for probe, want := range wantProbes {
+	expected := wantProbes
+	if s.runtime == "gvisor" {
+		expected = gvisorProbes()
+	}
+	for probe, want := range expected {
 		if g := got[probe]; g != want && (want != "fails" || g == "ok" || g == "") {
 			t.Errorf("%s: got %q, want %s", probe, g, want)
 		}
@@ -160,7 +200,7 @@ func testHostFiles(t *testing.T, s *suite) {
 	if strings.Contains(res.stdout, d.secret) || strings.Contains(res.stdout, "CORRAL_TEST_SECRET") {
 		t.Errorf("the daemon's environment is visible inside:\n%s", res.stdout)
 	}
-	agentSock := filepath.Join(d.stateDir, "runc", "sandboxes", s.neighbour, "agent.sock")
+	agentSock := s.agentSocket(s.neighbour)
 	res = s.sh(t, id, "/attack connect "+d.socket+" "+agentSock, 10*time.Second)
 	for _, p := range []string{d.socket, agentSock} {
 		if !strings.Contains(res.stdout, "connect "+p+" ENOENT") {
@@ -244,6 +284,10 @@ func testFileAPIEscapes(t *testing.T, s *suite) {
 // exec latency is measured, then shows that the limit is what stopped it.
 func testForkBomb(t *testing.T, s *suite) {
 	const limit = 128
+	if s.runtime == "gvisor" {
+		testGVisorForkBomb(t, s, limit)
+		return
+	}
 	id := s.create(t, corral.CreateOptions{Pids: limit, CPUs: 1})
 	budget := s.latencyLimit(t, latencyBudget)
 	wait := s.background(t, id, "bomb() { bomb | bomb & }; bomb; sleep 8", 6*time.Second)
@@ -288,11 +332,64 @@ func testForkBomb(t *testing.T, s *suite) {
 	}
 }
 
+// testGVisorForkBomb is testForkBomb on gVisor. gVisor counts the pids
+// limit inside its kernel: a fork past it fails with EAGAIN, but clones
+// racing each other get past it, and every guest process is a host stub
+// process that systrap pools and never frees. A fork bomb thus grows the
+// host's count until the host cgroup's backstop (the gvisor driver's
+// package documentation), which kills the Sentry: the bomb ends either
+// with EAGAIN or with its own sandbox, and either way the neighbour and
+// the host are unharmed.
+func testGVisorForkBomb(t *testing.T, s *suite, limit int64) {
+	id := s.create(t, corral.CreateOptions{Pids: limit, CPUs: 1})
+	budget := s.latencyLimit(t, latencyBudget)
+	type outcome struct {
+		r   result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := s.run(t.Context(), id, corral.ExecOptions{Shell: "bomb() { bomb | bomb & }; bomb; sleep 8", Timeout: 6 * time.Second})
+		done <- outcome{r, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	best, rounds := s.neighbourP99(t, budget)
+	o := <-done
+	hostTasks := s.cgroupValue(t, "pids", id, "pids.max", "")
+	if o.err != nil {
+		t.Logf("fork bomb: the sandbox ended (%v), refused by the host limit of %d tasks %d times; neighbour exec %v",
+			o.err, hostTasks, s.cgroupValue(t, "pids", id, "pids.events", "max"), rounds)
+		s.waitError(t, id)
+	} else {
+		t.Logf("fork bomb: exit %d timed out %v; neighbour exec %v", o.r.ExitCode, o.r.TimedOut, rounds)
+		if !strings.Contains(o.r.stderr, "Resource temporarily unavailable") {
+			t.Errorf("the fork bomb's stderr does not say fork failed with EAGAIN:\n%.2000s", o.r.stderr)
+		}
+	}
+	if best > budget {
+		t.Errorf("neighbour exec p99 %v during a fork bomb, want < %v", best, budget)
+	}
+	// The limit stops forks one after the other: 200 processes fail under
+	// 128 and start under 1024.
+	id = s.create(t, corral.CreateOptions{Pids: limit})
+	if res := s.sh(t, id, "/attack fork 200", 20*time.Second); !strings.Contains(res.stdout, "fork EAGAIN") {
+		t.Errorf("200 forks under a limit of %d: %q, want EAGAIN", limit, res.stdout)
+	}
+	roomy := s.create(t, corral.CreateOptions{Pids: 1024})
+	if res := s.sh(t, roomy, "/attack fork 200", 20*time.Second); !strings.Contains(res.stdout, "started 200\nfork ok") {
+		t.Errorf("200 forks under a limit of 1024: %q, want all started", res.stdout)
+	}
+}
+
 // testMemoryBomb allocates past the memory limit: the process is OOM
 // killed, the exit event says so, and the same allocation fits a larger
 // limit.
 func testMemoryBomb(t *testing.T, s *suite) {
 	id := s.create(t, corral.CreateOptions{MemoryMB: 64})
+	if s.runtime == "gvisor" {
+		testGVisorMemoryBomb(t, s, id)
+		return
+	}
 	res := s.sh(t, id, "/attack alloc 256", 30*time.Second)
 	if !res.OOMKilled || res.Signal != "SIGKILL" {
 		t.Errorf("allocating 256 MiB under 64 MiB: %+v, stdout %q; want oom_killed", res.ExecResult, res.stdout)
@@ -319,6 +416,48 @@ func testMemoryBomb(t *testing.T, s *suite) {
 	if r := s.sh(t, roomy, "/attack alloc 256", 30*time.Second); !strings.Contains(r.stdout, "alloc ok 256") {
 		t.Errorf("allocating 256 MiB under 512 MiB: %+v %q", r.ExecResult, r.stdout)
 	}
+}
+
+// testGVisorMemoryBomb is testMemoryBomb on gVisor, which has no
+// out-of-memory killer of its own: the host's kills the Sentry, so the
+// whole sandbox ends, in error, with the kill in its stats, and the host
+// cgroup never went past the limit plus the driver's overhead.
+func testGVisorMemoryBomb(t *testing.T, s *suite, id string) {
+	res, err := s.run(t.Context(), id, corral.ExecOptions{Shell: "/attack alloc 256", Timeout: 30 * time.Second})
+	if err == nil && !res.OOMKilled {
+		t.Errorf("allocating 256 MiB under 64 MiB: %+v, stdout %q; want the sandbox killed", res.ExecResult, res.stdout)
+	}
+	t.Logf("allocating 256 MiB under 64 MiB: %v", err)
+	st, err := s.d.client.Stats(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.OOMKills < 1 {
+		t.Errorf("stats after the OOM kill: %+v", st)
+	}
+	for _, f := range []string{"memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes"} {
+		if v := s.cgroupValue(t, "memory", id, f, ""); v > (64+65)<<20 {
+			t.Errorf("%s = %d, above the 64 MiB limit and 64 MiB of overhead", f, v)
+		}
+	}
+	s.waitError(t, id)
+	roomy := s.create(t, corral.CreateOptions{MemoryMB: 512})
+	if r := s.sh(t, roomy, "/attack alloc 256", 30*time.Second); !strings.Contains(r.stdout, "alloc ok 256") {
+		t.Errorf("allocating 256 MiB under 512 MiB: %+v %q", r.ExecResult, r.stdout)
+	}
+}
+
+// waitError waits until sandbox id, whose instance died, is in the error
+// state. The daemon looks at an instance when an exec through its agent
+// fails, so each round tries one: the first failure may come while the
+// Sentry is still exiting.
+func (s *suite) waitError(t *testing.T, id string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		_, _ = s.run(t.Context(), id, corral.ExecOptions{Cmd: []string{"true"}, Timeout: time.Second})
+		sb, err := s.d.client.Get(t.Context(), id)
+		return err == nil && sb.State == "error"
+	})
 }
 
 // testDiskFill writes past a 100 MiB disk quota: the write fails with
@@ -456,6 +595,23 @@ func testUnboundedOutput(t *testing.T, s *suite) {
 	}
 	if peak-base > 64<<20 {
 		t.Errorf("the daemon grew by %d MiB while streaming output", (peak-base)>>20)
+	}
+
+	// With a cap, the client gets exactly the cap and a marker, and the
+	// writer is drained (not blocked) until it ends.
+	var capped, marker limitedBuffer
+	marker.max = 1 << 10
+	capped.max = 1 << 10
+	res3, err := s.d.client.Exec(t.Context(), id, corral.ExecOptions{Shell: "yes hostile | head -c 20000000", MaxOutputBytes: 1 << 20,
+		Stdout: &capped, Stderr: &marker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if capped.total != 1<<20 || !res3.OutputTruncated || res3.OutputDiscarded != 20000000-(1<<20) || res3.ExitCode != 0 {
+		t.Errorf("capped output: %d bytes, result %+v", capped.total, res3)
+	}
+	if !strings.Contains(marker.b.String(), "output truncated at 1048576 bytes") {
+		t.Errorf("no truncation marker on stderr: %q", marker.b.String())
 	}
 }
 

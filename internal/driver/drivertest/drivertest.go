@@ -37,6 +37,17 @@ type Features struct {
 	// Freeze: Pause stops the sandbox's processes, so an exec does not
 	// complete until Resume.
 	Freeze bool
+	// OOMKillsInstance: going past the memory limit kills the whole
+	// instance instead of the biggest process in it (gVisor has no
+	// out-of-memory killer of its own, and the host's kills the Sentry).
+	// The memory case then checks that the instance is reported stopped,
+	// with the OOM kill in Stats, and that Delete cleans it up.
+	OOMKillsInstance bool
+	// PidsOvershoot is how many tasks Stats.Pids may show past the pids
+	// limit: gVisor lets the processes the agent starts exceed it (while
+	// every fork inside the sandbox fails at it), so the exec that runs
+	// the fork loop and the agent's threads may be counted on top.
+	PidsOvershoot int64
 }
 
 // Harness adapts one driver to the suite.
@@ -47,6 +58,10 @@ type Harness struct {
 	// RootFS returns a fresh busybox root file system for one sandbox
 	// (testutil.BusyboxRootfs for real drivers).
 	RootFS func(t *testing.T) string
+	// CopyRootFS returns a copy of the root file system at src, as
+	// storage copies a sandbox's root for a fork (cp -a will do). The
+	// checkpoint case needs it; nil skips that case.
+	CopyRootFS func(t *testing.T, src string) string
 	// CgroupParent is the cgroup parent the drivers from New use. After each
 	// case the suite checks that no cgroup is left below it; empty skips
 	// that check.
@@ -69,6 +84,7 @@ func Run(t *testing.T, h Harness) {
 		{"Isolation", testIsolation},
 		{"ConcurrentCreates", testConcurrentCreates},
 		{"PauseResume", testPauseResume},
+		{"CheckpointRestore", testCheckpointRestore},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -272,7 +288,12 @@ func testMemoryLimit(t *testing.T, s *suite) {
 	}
 	id := s.create(t, "mem", driver.Resources{MemoryBytes: 32 << 20})
 	// dd allocates its whole block before it reads: 200 MB > 32 MiB.
-	res := s.sh(t, id, "dd if=/dev/zero of=/dev/null bs=200M count=1")
+	const dd = "dd if=/dev/zero of=/dev/null bs=200M count=1"
+	if s.h.Features.OOMKillsInstance {
+		testInstanceOOM(t, s, id, dd)
+		return
+	}
+	res := s.sh(t, id, dd)
 	if res.exitCode == 0 {
 		t.Fatalf("allocating 200 MB under a 32 MiB limit succeeded: %+v", res)
 	}
@@ -290,6 +311,43 @@ func testMemoryLimit(t *testing.T, s *suite) {
 	}
 }
 
+// testInstanceOOM runs script, which allocates past sandbox id's memory
+// limit, in a driver whose instances die of that as a whole.
+func testInstanceOOM(t *testing.T, s *suite, id, script string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := s.agent(t, id).exec(ctx, wire.ExecRequest{Shell: script})
+	if err == nil && res.exitCode == 0 {
+		t.Fatalf("allocating 200 MB under a 32 MiB limit succeeded: %+v", res)
+	}
+	t.Logf("allocation under a 32 MiB limit: %+v, %v", res, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := s.d.Status(t.Context(), id)
+		if err != nil {
+			t.Fatalf("Status(%s): %v", id, err)
+		}
+		if st == driver.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Status(%s) = %s after its memory ran out, want stopped", id, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st, err := s.d.Stats(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.OOMKills < 1 {
+		t.Errorf("Stats.OOMKills = %d after an OOM kill, want >= 1", st.OOMKills)
+	}
+	if err := s.d.Delete(t.Context(), id); err != nil {
+		t.Fatalf("Delete of an instance killed by OOM: %v", err)
+	}
+	s.wantStatus(t, id, driver.StatusUnknown)
+}
+
 func testPidsLimit(t *testing.T, s *suite) {
 	if !s.h.Features.Limits {
 		t.Skip("driver does not declare Features.Limits")
@@ -305,7 +363,7 @@ func testPidsLimit(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	t.Logf("fork loop under a pids limit of %d: exit %d stderr %q; stats %+v", limit, res.exitCode, res.stderr, st)
-	if st.Pids > limit || st.Pids < limit/2 {
+	if st.Pids > limit+s.h.Features.PidsOvershoot || st.Pids < limit/2 {
 		t.Errorf("Stats.Pids = %d, want close to the limit %d", st.Pids, limit)
 	}
 }
@@ -416,4 +474,118 @@ func testPauseResume(t *testing.T, s *suite) {
 		t.Fatalf("Delete of a paused sandbox: %v", err)
 	}
 	s.wantStatus(t, id, driver.StatusUnknown)
+}
+
+// counterLoop is a background process whose state is in memory: its
+// counter i, mirrored into /tmp/c ten times a second.
+const counterLoop = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"
+
+func testCheckpointRestore(t *testing.T, s *suite) {
+	cp, ok := s.d.(driver.Checkpointer)
+	if !ok {
+		if s.d.Capabilities().Checkpoint {
+			t.Fatal("Capabilities().Checkpoint is true but the driver is not a driver.Checkpointer")
+		}
+		t.Skip("driver does not implement driver.Checkpointer")
+	}
+	if !s.d.Capabilities().Checkpoint {
+		t.Error("driver implements driver.Checkpointer but Capabilities().Checkpoint is false")
+	}
+	if s.h.CopyRootFS == nil {
+		t.Skip("harness cannot copy root file systems (Harness.CopyRootFS)")
+	}
+	ctx := t.Context()
+	orig := s.newID("ckpt")
+	root := s.rootfs(t)
+	r := driver.Resources{MemoryBytes: 256 << 20, Pids: 128}
+	if err := s.d.Create(ctx, driver.Spec{ID: orig, RootFS: root, Hostname: "ckpt", Resources: r}); err != nil {
+		t.Fatalf("Create(%s): %v", orig, err)
+	}
+	a := s.agent(t, orig)
+	if err := a.writeFile(ctx, "/root/before", []byte("written before")); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := a.c.StartProcess(ctx, wire.StartRequest{ExecRequest: wire.ExecRequest{Shell: counterLoop}})
+	if err != nil {
+		t.Fatalf("starting the counter: %v", err)
+	}
+	counter := func(id string) int {
+		t.Helper()
+		b, err := s.agent(t, id).readFile(ctx, "/tmp/c")
+		if err != nil {
+			t.Fatalf("reading the counter in %s: %v", id, err)
+		}
+		var n int
+		if _, err := fmt.Sscan(string(b), &n); err != nil {
+			t.Fatalf("counter in %s is %q", id, b)
+		}
+		return n
+	}
+	time.Sleep(time.Second)
+	atCheckpoint := counter(orig)
+
+	image := t.TempDir()
+	t0 := time.Now()
+	if err := cp.Checkpoint(ctx, orig, image, true); err != nil {
+		t.Fatalf("Checkpoint(%s): %v", orig, err)
+	}
+	checkpointed := time.Since(t0)
+	s.wantStatus(t, orig, driver.StatusRunning)
+	// Two copies, each from its own copy of the root.
+	copies := []string{s.newID("copy1"), s.newID("copy2")}
+	var restores []time.Duration
+	for _, id := range copies {
+		croot := s.h.CopyRootFS(t, root)
+		s.mu.Lock()
+		s.rootfss = append(s.rootfss, croot)
+		s.mu.Unlock()
+		t1 := time.Now()
+		if err := cp.Restore(ctx, id, driver.Spec{RootFS: croot, Hostname: id, Resources: r}, image); err != nil {
+			t.Fatalf("Restore(%s): %v", id, err)
+		}
+		restores = append(restores, time.Since(t1))
+		s.wantStatus(t, id, driver.StatusRunning)
+	}
+	t.Logf("checkpoint (leave running) %v, restores %v", checkpointed, restores)
+	for _, id := range append([]string{orig}, copies...) {
+		if n := counter(id); n < atCheckpoint {
+			t.Errorf("counter in %s = %d, want it to continue from %d", id, n, atCheckpoint)
+		}
+		if b, err := s.agent(t, id).readFile(ctx, "/root/before"); err != nil || string(b) != "written before" {
+			t.Errorf("file written before the checkpoint in %s: %q, %v", id, b, err)
+		}
+		// The counter is the same process, with the same PID, everywhere.
+		if p, err := s.agent(t, id).c.Process(ctx, proc.PID); err != nil || !p.Running {
+			t.Errorf("counter process %d in %s: %+v, %v", proc.PID, id, p, err)
+		}
+	}
+	// The copies diverge: stopping the counter in one leaves the others
+	// counting, and a file written in one is in no other.
+	if err := s.agent(t, copies[0]).c.Signal(ctx, proc.PID, "SIGKILL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.agent(t, copies[0]).c.Wait(ctx, proc.PID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.agent(t, copies[1]).writeFile(ctx, "/root/mine", []byte(copies[1])); err != nil {
+		t.Fatal(err)
+	}
+	stopped, running := counter(copies[0]), counter(copies[1])
+	time.Sleep(500 * time.Millisecond)
+	if n := counter(copies[0]); n != stopped {
+		t.Errorf("counter in %s moved from %d to %d after it was killed there", copies[0], stopped, n)
+	}
+	if n := counter(copies[1]); n <= running {
+		t.Errorf("counter in %s stayed at %d after it was killed in %s", copies[1], n, copies[0])
+	}
+	for _, id := range []string{orig, copies[0]} {
+		if _, err := s.agent(t, id).readFile(ctx, "/root/mine"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("reading %s's file in %s = %v, want ErrNotFound", copies[1], id, err)
+		}
+	}
+	// Without leaveRunning the original stops.
+	if err := cp.Checkpoint(ctx, orig, t.TempDir(), false); err != nil {
+		t.Fatalf("Checkpoint(%s) without leaving it running: %v", orig, err)
+	}
+	s.wantStatus(t, orig, driver.StatusStopped)
 }

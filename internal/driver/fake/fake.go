@@ -274,6 +274,17 @@ func (d *Driver) Resources(id string) (driver.Resources, error) {
 	return b.resources, nil
 }
 
+// Spec returns the spec id was created with.
+func (d *Driver) Spec(id string) (driver.Spec, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.boxes[id]
+	if !ok {
+		return driver.Spec{}, errdefs.Errorf(errdefs.ErrNotFound, "reading spec of %s: not found", id)
+	}
+	return b.spec, nil
+}
+
 // Pause marks a running sandbox paused. Its agent keeps serving: the fake
 // freezes nothing.
 func (d *Driver) Pause(ctx context.Context, id string) error {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -94,7 +95,7 @@ func TestConfinement(t *testing.T) {
 				}
 				// The namespace is owned by the sandbox's root, not by
 				// host root: per-user kernel counters are its own.
-				pid, err := readPid(filepath.Join(d.dir("conf"), pidFile))
+				pid, err := ocirt.ReadPid(filepath.Join(d.dir("conf"), pidFile))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,19 +11,17 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/reaper"
 )
@@ -49,13 +47,6 @@ const (
 	logFile    = "agent.log"
 	pidFile    = "init.pid"
 )
-
-// logTail is how much of agent.log a failed create reports.
-const logTail = 2048
-
-// maxSocketPath is the longest path a unix socket address can hold
-// (sun_path is 108 bytes including the terminating NUL).
-const maxSocketPath = 107
 
 // Config configures a Driver.
 type Config struct {
@@ -121,33 +112,18 @@ type Driver struct {
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
+	cli       ocirt.CLI
 }
 
 // New checks cfg, fills in defaults, creates the directories under Root
 // and detects the host's cgroup version. It does not touch existing
 // sandboxes.
 func New(cfg Config) (*Driver, error) {
-	if !filepath.IsAbs(cfg.Root) {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "runc driver root %q is not an absolute path", cfg.Root)
-	}
-	if cfg.AgentPath == "" {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "runc driver needs an agent path")
-	}
-	agent, err := filepath.Abs(cfg.AgentPath)
+	agent, runcPath, err := ocirt.Resolve("runc", cfg.Root, cfg.AgentPath, cfg.RuncPath)
 	if err != nil {
-		return nil, fmt.Errorf("resolving agent path: %w", err)
-	}
-	if _, err := os.Stat(agent); err != nil {
-		return nil, fmt.Errorf("checking agent binary: %w", err)
+		return nil, err
 	}
 	cfg.AgentPath = agent
-	if cfg.RuncPath == "" {
-		cfg.RuncPath = "runc"
-	}
-	runcPath, err := exec.LookPath(cfg.RuncPath)
-	if err != nil {
-		return nil, fmt.Errorf("finding runc: %w", err)
-	}
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = DefaultCgroupParent
 	}
@@ -171,7 +147,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.MountDir == "" {
 		cfg.MountDir = DefaultMountDir
 	}
-	v2, swap, err := detectCgroups()
+	v2, swap, err := ocirt.DetectCgroups()
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +169,7 @@ func New(cfg Config) (*Driver, error) {
 		},
 		cgroupsV2: v2,
 	}
+	d.cli = ocirt.CLI{Name: "runc", Path: runcPath, Root: d.stateDir}
 	for _, dir := range []string{d.stateDir, d.boxesDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("creating runc driver directory: %w", err)
@@ -200,7 +177,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	// Made whether or not new templates get user namespaces: existing
 	// ones may have them.
-	if err := prepareMountDir(cfg.MountDir); err != nil {
+	if err := ocirt.PrepareSearchableDir(cfg.MountDir); err != nil {
 		return nil, err
 	}
 	// newUserNS re-executes this binary as an unprivileged user.
@@ -209,33 +186,6 @@ func New(cfg Config) (*Driver, error) {
 			"this executable must be executable by other users (mode o+x): it runs unprivileged to make user namespaces")
 	}
 	return d, nil
-}
-
-// prepareMountDir creates dir with mode 0711 and checks that the
-// directories above it are searchable by others.
-func prepareMountDir(dir string) error {
-	if !filepath.IsAbs(dir) {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "mount dir %q is not an absolute path", dir)
-	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return fmt.Errorf("creating mount dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return fmt.Errorf("creating mount dir: %w", err)
-	}
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("checking mount dir: %w", err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument,
-				"mount dir %s: %s is not searchable by other users (mode %v), which sandbox roots in user namespaces need", dir, p, fi.Mode().Perm())
-		}
-		if p == "/" {
-			return nil
-		}
-	}
 }
 
 // Name returns "runc".
@@ -250,20 +200,13 @@ func (d *Driver) Capabilities() driver.Capabilities {
 // sandboxes, which keep running.
 func (d *Driver) Close() error { return nil }
 
-// validID matches runc's own rule for container IDs, minus dots at the
-// start so that an ID can never be "." or "..".
-var validID = regexp.MustCompile(`^[A-Za-z0-9_+\-][A-Za-z0-9_+.\-]*$`)
-
-func checkID(id string) error {
-	if len(id) > 128 || !validID.MatchString(id) {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid sandbox id %q", id)
-	}
-	return nil
-}
-
 func (d *Driver) dir(id string) string { return filepath.Join(d.boxesDir, id) }
 
 func (d *Driver) cgroupPath(id string) string { return path.Join("/", d.cfg.CgroupParent, id) }
+
+func (d *Driver) cgroup(id string) ocirt.Cgroup {
+	return ocirt.Cgroup{V2: d.cgroupsV2, Path: d.cgroupPath(id)}
+}
 
 // Create writes the sandbox's OCI bundle, starts its init (the agent) with
 // one `runc run --detach`, and returns when the agent reports ready on its
@@ -272,24 +215,14 @@ func (d *Driver) cgroupPath(id string) string { return path.Join("/", d.cfg.Cgro
 // the end of the agent's and runc's output.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	id := spec.ID
-	if err := checkID(id); err != nil {
-		return fmt.Errorf("creating container %s: %w", id, err)
-	}
-	if !filepath.IsAbs(spec.RootFS) {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "creating container %s: root file system %q is not an absolute path", id, spec.RootFS)
-	}
 	dir := d.dir(id)
 	sock := filepath.Join(dir, socketFile)
-	if len(sock) > maxSocketPath {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "creating container %s: socket path %s is too long", id, sock)
-	}
-	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
-		return errdefs.Errorf(errdefs.ErrAlreadyExists, "creating container %s: runc already has a container with this id", id)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return errdefs.Errorf(errdefs.ErrAlreadyExists, "creating container %s: sandbox directory exists", id)
+	if ocirt.CheckID(id) == nil {
+		if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
+			return errdefs.Errorf(errdefs.ErrAlreadyExists, "creating container %s: runc already has a container with this id", id)
 		}
+	}
+	if err := ocirt.MakeSandboxDir(id, spec.RootFS, dir, sock); err != nil {
 		return fmt.Errorf("creating container %s: %w", id, err)
 	}
 	start := time.Now()
@@ -299,19 +232,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	// From here on, a failure undoes everything through destroy, which
 	// handles every partial state from "directory only" to "running".
 	defer func() {
-		if err == nil {
-			return
+		ocirt.CleanUpFailed(ctx, &err, filepath.Join(dir, logFile), func(ctx context.Context) error { return d.destroy(ctx, id) })
+		if err != nil {
+			err = fmt.Errorf("creating container %s: %w", id, err)
 		}
-		tail := readTail(filepath.Join(dir, logFile), logTail)
-		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if derr := d.destroy(cleanupCtx, id); derr != nil {
-			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
-		}
-		if tail != "" {
-			err = fmt.Errorf("%w\nagent.log:\n%s", err, tail)
-		}
-		err = fmt.Errorf("creating container %s: %w", id, err)
 	}()
 
 	var userns UserNS
@@ -341,6 +265,12 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		}
 		userns = UserNS{HostID: idBase, Size: idRange, Path: ns.Path}
 		spec.RootFS = mnt
+		if spec.Network != nil {
+			userns.Sysfs = filepath.Join(filepath.Dir(mnt), "sys")
+			if err := prepareNetNS(spec.Network.NetNSPath, userns.Sysfs); err != nil {
+				return err
+			}
+		}
 	} else if d.cfg.UserNamespaces {
 		d.log.Warn("template was built without user namespace support: sandbox root is host root (rebuild the template)", "sandbox_id", id)
 	}
@@ -356,7 +286,18 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	// milliseconds; only a hung runc is killed, at StartTimeout.
 	runCtx, cancelRun := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StartTimeout)
 	defer cancelRun()
-	pid, ready, err := d.run(runCtx, id, dir, sock)
+	var pid int
+	var ready *os.File
+	runRunc := func() (err error) {
+		pid, ready, err = d.run(runCtx, id, dir, sock)
+		return err
+	}
+	if userns.Size > 0 && spec.Network != nil {
+		// runc cannot join this namespace itself (netns.go).
+		err = inNetNS(spec.Network.NetNSPath, runRunc)
+	} else {
+		err = runRunc()
+	}
 	if err != nil {
 		return err
 	}
@@ -412,42 +353,17 @@ func (d *Driver) run(ctx context.Context, id, dir, sock string) (pid int, ready 
 		}
 	}()
 
-	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer logf.Close()
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer null.Close()
-
 	pidPath := filepath.Join(dir, pidFile)
 	// runc passes its stdio through to the container's init when it has no
 	// terminal, so the agent's output and runc's own errors both land in
 	// agent.log. --preserve-fds 2 hands fds 3 and 4 (ExtraFiles) to init.
-	cmd := exec.CommandContext(ctx, d.runcPath, "--root", d.stateDir, "run",
-		"--detach", "--preserve-fds", "2", "--pid-file", pidPath, "--bundle", dir, id)
-	cmd.Stdin = null
-	cmd.Stdout = logf
-	cmd.Stderr = logf
+	cmd := d.cli.Command(ctx, "run", "--detach", "--preserve-fds", "2", "--pid-file", pidPath, "--bundle", dir, id)
 	cmd.ExtraFiles = []*os.File{w, lf}
-	cmd.Env = runcEnv()
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
-		}
+	if err := ocirt.RunLogged(ctx, cmd, filepath.Join(dir, logFile)); err != nil {
 		return 0, nil, fmt.Errorf("running runc: %w", err)
 	}
-	b, err := os.ReadFile(pidPath)
-	if err != nil {
+	if pid, err = ocirt.ReadPid(pidPath); err != nil {
 		return 0, nil, fmt.Errorf("reading init pid: %w", err)
-	}
-	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, nil, fmt.Errorf("parsing init pid: %w", err)
 	}
 	return pid, r, nil
 }
@@ -492,7 +408,7 @@ func waitReady(ctx context.Context, r *os.File) error {
 // and its directory. It succeeds for unknown IDs and for every partial
 // state a failed Create or a daemon crash can leave.
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := ocirt.CheckID(id); err != nil {
 		return fmt.Errorf("deleting container %s: %w", id, err)
 	}
 	if err := d.destroy(ctx, id); err != nil {
@@ -509,24 +425,24 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 // of that.
 func (d *Driver) destroy(ctx context.Context, id string) error {
 	dir := d.dir(id)
-	cg := d.cgroupPath(id)
+	cg := d.cgroup(id)
 	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
-		if _, err := d.runc(ctx, nil, "kill", id, "KILL"); err == nil {
+		if _, err := d.cli.Run(ctx, nil, "kill", id, "KILL"); err == nil {
 			// A frozen init cannot die; thaw it so the signal lands.
-			if frozen(d.cgroupsV2, cg) {
-				if _, err := d.runc(ctx, nil, "resume", id); err != nil {
+			if cg.Frozen() {
+				if _, err := d.cli.Run(ctx, nil, "resume", id); err != nil {
 					d.log.Warn("resuming container to kill it", "sandbox_id", id, "error", err)
 				}
 			}
-			if pid, err := readPid(filepath.Join(dir, pidFile)); err == nil {
-				waitExited(ctx, pid, 5*time.Second)
+			if pid, err := ocirt.ReadPid(filepath.Join(dir, pidFile)); err == nil {
+				ocirt.WaitExited(ctx, pid, 5*time.Second)
 			}
 		}
-		if _, err := d.runc(ctx, nil, "delete", "--force", id); err != nil && !isNotExist(err) {
+		if _, err := d.cli.Run(ctx, nil, "delete", "--force", id); err != nil && !ocirt.IsNotExist(err) {
 			return err
 		}
 	}
-	if err := removeCgroups(d.cgroupsV2, cg); err != nil {
+	if err := cg.Remove(); err != nil {
 		return err
 	}
 	// Before the directory goes: the slot's owner link points at it, and
@@ -540,85 +456,29 @@ func (d *Driver) destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-func readPid(name string) (int, error) {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-// waitExited polls until pid is gone or a zombie, for at most limit.
-func waitExited(ctx context.Context, pid int, limit time.Duration) {
-	statPath := "/proc/" + strconv.Itoa(pid) + "/stat"
-	deadline := time.Now().Add(limit)
-	delay := 500 * time.Microsecond
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		b, err := os.ReadFile(statPath)
-		if err != nil {
-			return
-		}
-		// Format: "pid (comm) S ...": the state follows the last ')'.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-			return
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 20*time.Millisecond)
-	}
-}
-
 // Status asks runc for the container's state. A container whose init has
 // exited and one that was created but never started are both stopped.
 func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
-	if err := checkID(id); err != nil {
-		return driver.StatusUnknown, nil
-	}
-	out, err := d.runc(ctx, nil, "state", id)
+	st, err := d.cli.State(ctx, id)
 	if err != nil {
-		if isNotExist(err) {
-			return driver.StatusUnknown, nil
-		}
 		return "", fmt.Errorf("reading state of container %s: %w", id, err)
 	}
-	var st struct {
-		Status string `json:"status"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return "", fmt.Errorf("reading state of container %s: %w", id, err)
-	}
-	switch st.Status {
-	case "running":
-		return driver.StatusRunning, nil
-	case "paused", "pausing":
-		return driver.StatusPaused, nil
-	case "created", "stopped":
-		return driver.StatusStopped, nil
-	}
-	return "", fmt.Errorf("reading state of container %s: unexpected runc status %q", id, st.Status)
+	return st, nil
 }
 
 // List returns the IDs that have runc state or a sandbox directory, sorted:
 // running sandboxes and the leftovers of interrupted creates and deletes.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	var ids []string
-	for _, dir := range []string{d.stateDir, d.boxesDir} {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("listing containers: %w", err)
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				ids = append(ids, e.Name())
-			}
-		}
+	ids, err := ocirt.ListDirs(d.stateDir, d.boxesDir)
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
 	}
-	slices.Sort(ids)
-	return slices.Compact(ids), nil
+	return ids, nil
 }
 
 // DialAgent connects to the agent's socket in the sandbox directory.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	if err := checkID(id); err != nil {
+	if err := ocirt.CheckID(id); err != nil {
 		return nil, fmt.Errorf("dialing agent of %s: %w", id, err)
 	}
 	sock := filepath.Join(d.dir(id), socketFile)
@@ -635,14 +495,10 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 
 // Stats reads the container's cgroup files; it does not run runc.
 func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
-	if err := checkID(id); err != nil {
+	if err := ocirt.CheckID(id); err != nil {
 		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
 	}
-	cg := d.cgroupPath(id)
-	if err := cgroupExists(d.cgroupsV2, cg); err != nil {
-		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
-	}
-	s, err := cgroupStats(d.cgroupsV2, cg)
+	s, err := d.cgroup(id).Stats()
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
 	}
@@ -663,127 +519,22 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 // lift a limit. Lowering memory below current usage makes the kernel
 // reclaim or OOM-kill inside the sandbox.
 func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
-	if err := checkID(id); err != nil {
+	if err := ocirt.CheckID(id); err != nil {
 		return fmt.Errorf("updating container %s: %w", id, err)
 	}
 	doc, err := json.Marshal(updateResources(r, d.host))
 	if err != nil {
 		return fmt.Errorf("updating container %s: %w", id, err)
 	}
-	if _, err := d.runc(ctx, doc, "update", "-r", "-", id); err != nil {
-		return fmt.Errorf("updating container %s: %w", id, classify(err))
+	if _, err := d.cli.Run(ctx, doc, "update", "-r", "-", id); err != nil {
+		return fmt.Errorf("updating container %s: %w", id, ocirt.Classify(err))
 	}
 	return nil
 }
 
 func (d *Driver) simple(ctx context.Context, doing, id, verb string) error {
-	if err := checkID(id); err != nil {
+	if err := d.cli.Do(ctx, verb, id); err != nil {
 		return fmt.Errorf("%s container %s: %w", doing, id, err)
 	}
-	if _, err := d.runc(ctx, nil, verb, id); err != nil {
-		return fmt.Errorf("%s container %s: %w", doing, id, classify(err))
-	}
 	return nil
-}
-
-// runcError is a failed runc invocation with runc's own message.
-type runcError struct {
-	args []string
-	msg  string
-	err  error
-}
-
-func (e *runcError) Error() string {
-	if e.msg == "" {
-		return fmt.Sprintf("runc %s: %v", e.args[0], e.err)
-	}
-	return fmt.Sprintf("runc %s: %s", e.args[0], e.msg)
-}
-
-func (e *runcError) Unwrap() error { return e.err }
-
-// runc runs one runc command with the driver's state root and returns its
-// standard output.
-func (d *Driver) runc(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, d.runcPath, append([]string{"--root", d.stateDir}, args...)...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	cmd.Env = runcEnv()
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return nil, &runcError{args: args, msg: runcMessage(stderr.String()), err: err}
-	}
-	return stdout.Bytes(), nil
-}
-
-// runcEnv is the environment runc runs with: enough to find its helpers,
-// and nothing that changes its behaviour (LISTEN_FDS adds inherited fds,
-// NOTIFY_SOCKET turns on sd_notify handling).
-func runcEnv() []string {
-	return []string{"PATH=" + os.Getenv("PATH")}
-}
-
-// runcMessage extracts the msg="..." field of runc's logrus lines,
-// falling back to the trimmed output.
-func runcMessage(out string) string {
-	out = strings.TrimSpace(out)
-	var msgs []string
-	for _, line := range strings.Split(out, "\n") {
-		_, rest, ok := strings.Cut(line, `msg="`)
-		if !ok {
-			continue
-		}
-		if s, err := strconv.Unquote(`"` + strings.TrimSuffix(rest, `"`) + `"`); err == nil {
-			rest = s
-		}
-		msgs = append(msgs, rest)
-	}
-	if len(msgs) == 0 {
-		return out
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func isNotExist(err error) bool {
-	var re *runcError
-	return errors.As(err, &re) && strings.Contains(re.msg, "does not exist")
-}
-
-// classify adds the errdefs kind that matches runc's message.
-func classify(err error) error {
-	var re *runcError
-	if !errors.As(err, &re) {
-		return err
-	}
-	switch {
-	case strings.Contains(re.msg, "does not exist"):
-		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-	case strings.Contains(re.msg, "not running"), strings.Contains(re.msg, "not paused"),
-		strings.Contains(re.msg, "is paused"), strings.Contains(re.msg, "stopped"):
-		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
-	}
-	return err
-}
-
-// readTail returns up to n bytes from the end of a file, "" if unreadable.
-func readTail(name string, n int64) string {
-	f, err := os.Open(name)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(st.Size()-n, 0)
-	b := make([]byte, st.Size()-off)
-	if _, err := f.ReadAt(b, off); err != nil && err != io.EOF {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }

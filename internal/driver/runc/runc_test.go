@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,22 +15,13 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/drivertest"
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/reaper"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	// As in the daemon: container inits reparent to this process once
-	// `runc run --detach` exits, and the per-driver reapers reap them.
-	if os.Geteuid() == 0 {
-		if err := reaper.SetSubreaper(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.SubreaperMain(m) }
 
 // env is what the runc tests share: a cgroup parent unique to the test
 // (removed at its end) and the agent binary.
@@ -44,17 +34,7 @@ func newEnv(t testing.TB) env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
-	e := env{
-		cgroupParent: fmt.Sprintf("/corral-test-%08x", rand.Uint32()),
-		agent:        testutil.CorralBinary(t),
-	}
-	t.Cleanup(func() {
-		for _, dir := range cgroupDirs(false, e.cgroupParent) {
-			os.Remove(dir)
-		}
-		os.Remove(filepath.Join(cgroupRoot, e.cgroupParent))
-	})
-	return e
+	return env{cgroupParent: testutil.CgroupParent(t), agent: testutil.CorralBinary(t)}
 }
 
 // newDriver returns a driver with its own short root (unix socket paths
@@ -218,7 +198,7 @@ func TestCreateRejects(t *testing.T) {
 
 func readCgroup(t *testing.T, controller, p, file string) int64 {
 	t.Helper()
-	v, err := readInt(filepath.Join(cgroupRoot, controller, p, file))
+	v, err := ocirt.ReadInt(filepath.Join(ocirt.CgroupRoot, controller, p, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +232,7 @@ func TestUpdateAndLimits(t *testing.T) {
 		if got := readCgroup(t, "cpu", cg, "cpu.cfs_quota_us"); got != quota {
 			t.Errorf("cpu.cfs_quota_us = %d, want %d", got, quota)
 		}
-		b, err := os.ReadFile(filepath.Join(cgroupRoot, "pids", cg, "pids.max"))
+		b, err := os.ReadFile(filepath.Join(ocirt.CgroupRoot, "pids", cg, "pids.max"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +314,7 @@ func TestStoppedSandbox(t *testing.T) {
 	if err := d.Create(ctx, driver.Spec{ID: "dies", RootFS: rootfs}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.runc(ctx, nil, "kill", "dies", "KILL"); err != nil {
+	if _, err := d.cli.Run(ctx, nil, "kill", "dies", "KILL"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -1,15 +1,13 @@
 package runc
 
 import (
-	"fmt"
-	"os"
 	"path"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/seccomp"
 )
 
@@ -58,6 +56,12 @@ type UserNS struct {
 	// Path, when set, names an existing namespace with this mapping for
 	// runc to join instead of making one (see userNS in userns.go).
 	Path string
+	// Sysfs, when set, is a sysfs mount the driver made on the host for
+	// the sandbox's prepared network namespace, bind-mounted at /sys in
+	// place of a new sysfs mount, which the kernel refuses when the
+	// network namespace belongs to another user namespace (see
+	// netns.go).
+	Sysfs string
 }
 
 // caps is the capability set of the sandbox's init (the agent) and of
@@ -168,7 +172,8 @@ func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 				{Type: specs.UTSNamespace},
 				{Type: specs.IPCNamespace},
 				// A new network namespace holds only loopback, which runc
-				// brings up; networking is configured by issue 3.
+				// brings up, unless the spec names a prepared one
+				// (withNetwork).
 				{Type: specs.NetworkNamespace},
 				// A cgroup namespace makes the sandbox's own cgroup its
 				// root, so /proc/self/cgroup and the cgroup mount below
@@ -193,7 +198,47 @@ func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 		spec.Linux.UIDMappings = m
 		spec.Linux.GIDMappings = append([]specs.LinuxIDMapping(nil), m...)
 	}
+	if n := s.Network; n != nil {
+		withNetwork(spec, n, u)
+	}
 	return spec
+}
+
+// withNetwork makes spec join the network namespace the daemon prepared
+// and see its name service files and proxy environment. In a user
+// namespace the spec names no network namespace at all: "If a namespace
+// type is not specified in the namespaces array, the container MUST
+// inherit the runtime namespace of that type", and the driver runs runc
+// inside the prepared one (see netns.go).
+func withNetwork(spec *specs.Spec, n *driver.Network, u UserNS) {
+	nss := spec.Linux.Namespaces[:0]
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			if u.Size > 0 {
+				continue
+			}
+			// "path: [...] the runtime MUST place the container process
+			// in the namespace associated with that path."
+			ns.Path = n.NetNSPath
+		}
+		nss = append(nss, ns)
+	}
+	spec.Linux.Namespaces = nss
+	if u.Sysfs != "" {
+		for i, m := range spec.Mounts {
+			if m.Destination == "/sys" {
+				spec.Mounts[i] = specs.Mount{Destination: "/sys", Type: "bind", Source: u.Sysfs,
+					Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+			}
+		}
+	}
+	for _, f := range []struct{ src, dst string }{{n.ResolvConf, "/etc/resolv.conf"}, {n.Hosts, "/etc/hosts"}} {
+		if f.src != "" {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: f.dst, Type: "bind", Source: f.src,
+				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
+	}
+	spec.Process.Env = append(spec.Process.Env, n.Env...)
 }
 
 // rlimit is one resource limit, soft and hard alike.
@@ -221,6 +266,13 @@ func specRlimits(h Host, u UserNS) []specs.POSIXRlimit {
 	if u.Size > 0 {
 		return nil
 	}
+	return Rlimits(h)
+}
+
+// Rlimits are the resource limits of every sandbox process on host h in
+// the spec's form (process.rlimits), for runtimes that apply them
+// whatever the user namespace, as gVisor does inside its kernel.
+func Rlimits(h Host) []specs.POSIXRlimit {
 	var out []specs.POSIXRlimit
 	for _, r := range rlimits(h) {
 		out = append(out, specs.POSIXRlimit{Type: r.name, Hard: r.value, Soft: r.value})
@@ -312,7 +364,8 @@ func updateResources(r driver.Resources, h Host) *specs.LinuxResources {
 }
 
 // PrepareTemplate creates the agent's mount point (AgentDest, an empty
-// file) in a new template tree. Without it runc creates the file in every
+// file), and /etc/resolv.conf and /etc/hosts where missing, in a new
+// template tree. Without them runc creates the files in every
 // sandbox root, which on btrfs is the first write into a fresh snapshot
 // and costs several milliseconds of copy-on-write per create. With
 // Config.UserNamespaces it then shifts the owners of every file into the
@@ -329,18 +382,7 @@ func (d *Driver) PrepareTemplate(dir string) error {
 }
 
 func makeAgentMountPoint(dir string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fmt.Errorf("opening template tree: %w", err)
-	}
-	defer root.Close()
-	rel := strings.TrimPrefix(AgentDest, "/")
-	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", path.Dir(AgentDest), err)
-	}
-	f, err := root.OpenFile(rel, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		return fmt.Errorf("creating mount point %s: %w", AgentDest, err)
-	}
-	return f.Close()
+	// The name service files are mount points of prepared networks
+	// (withNetwork).
+	return ocirt.MakeMountPoints(dir, []string{AgentDest, "/etc/resolv.conf", "/etc/hosts"}, nil)
 }

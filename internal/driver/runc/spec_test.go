@@ -25,6 +25,15 @@ func TestOCISpecGolden(t *testing.T) {
 	v2 := v1
 	v2.CgroupParent, v2.CgroupV2, v2.SwapAccounting = "corral.slice/x", true, false
 	userns := UserNS{HostID: 1 << 31, Size: 65536, Path: "/proc/4242/ns/user"}
+	networked := limited
+	networked.Network = &driver.Network{
+		NetNSPath:  "/var/lib/corral/netns/sb-1",
+		ResolvConf: "/var/lib/corral/netfiles/sb-1/resolv.conf",
+		Hosts:      "/var/lib/corral/netfiles/sb-1/hosts",
+		Env:        []string{"HTTP_PROXY=http://10.200.0.1:15002", "NO_PROXY=localhost"},
+	}
+	usernsNet := userns
+	usernsNet.Sysfs = "/run/corral-rootfs/7/sys"
 	tests := []struct {
 		name   string
 		spec   driver.Spec
@@ -36,6 +45,8 @@ func TestOCISpecGolden(t *testing.T) {
 		{"limits-v1-noswap", limited, v1NoSwap, UserNS{}},
 		{"limits-v2", limited, v2, UserNS{}},
 		{"userns-v1", limited, v1, userns},
+		{"network-v1", networked, v1, UserNS{}},
+		{"network-userns-v1", networked, v1, usernsNet},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,20 +91,5 @@ func TestUpdateResources(t *testing.T) {
 	r := updateResources(driver.Resources{MemoryBytes: 100, MilliCPUs: 500}, h)
 	if *r.Memory.Limit != 100 || *r.Memory.Swap != 100 || *r.CPU.Quota != 50000 || *r.Pids.Limit != -1 {
 		t.Errorf("updateResources = mem %d swap %d quota %d pids %d", *r.Memory.Limit, *r.Memory.Swap, *r.CPU.Quota, *r.Pids.Limit)
-	}
-}
-
-func TestRuncMessage(t *testing.T) {
-	tests := []struct{ name, in, want string }{
-		{"logrus", `time="2026-01-01T00:00:00Z" level=error msg="container does not exist"`, "container does not exist"},
-		{"escaped", `level=error msg="runc run failed: \"x\" missing"`, `runc run failed: "x" missing`},
-		{"plain", "  something broke\n", "something broke"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := runcMessage(tt.in); got != tt.want {
-				t.Errorf("runcMessage(%q) = %q, want %q", tt.in, got, tt.want)
-			}
-		})
 	}
 }

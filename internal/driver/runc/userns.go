@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
 )
 
@@ -154,16 +155,19 @@ func (d *Driver) slotStale(n int) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
-// clearSlot unmounts slot n's root and removes the slot. It removes entries
-// one by one, never recursively: a root still mounted must make it fail,
-// not be deleted. Called with the lock.
+// clearSlot unmounts slot n's root and sysfs (netns.go) and removes the
+// slot. It removes entries one by one, never recursively: a root still
+// mounted must make it fail, not be deleted. Called with the lock.
 func (d *Driver) clearSlot(n int) error {
 	sd := d.slotDir(n)
 	mnt := filepath.Join(sd, "rootfs")
-	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmounting %s: %w", mnt, err)
+	sys := filepath.Join(sd, "sys")
+	for _, m := range []string{mnt, sys} {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmounting %s: %w", m, err)
+		}
 	}
-	for _, p := range []string{filepath.Join(sd, "owner"), mnt, sd} {
+	for _, p := range []string{filepath.Join(sd, "owner"), mnt, sys, sd} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing slot %d: %w", n, err)
 		}
@@ -204,17 +208,7 @@ func (d *Driver) releaseSlot(dir string) error {
 }
 
 // bindRoot bind-mounts the root src (with the mounts below it) at dst.
-func bindRoot(src, dst string) error {
-	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err != nil {
-		return fmt.Errorf("cloning mount of %s: %w", src, err)
-	}
-	defer unix.Close(tree)
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("mounting %s at %s: %w", src, dst, err)
-	}
-	return nil
-}
+func bindRoot(src, dst string) error { return ocirt.Bind(src, dst) }
 
 // userNS is a new user namespace that maps IDs 0..idRange-1 to idBase..
 // and is owned by a host user of its own, held open by fd and by the
@@ -394,6 +388,23 @@ func shifted(rootfs string) (bool, error) {
 		return false, fmt.Errorf("checking template owners: %w", err)
 	}
 	return fi.Sys().(*syscall.Stat_t).Uid == idBase, nil
+}
+
+// RootUserNS returns the ID mapping that a sandbox with the root file
+// system rootfs needs: the sandbox ID range when PrepareTemplate shifted
+// its template's owners, the zero UserNS otherwise. With a mapping it
+// also shifts the owner of the root directory itself, as Create does.
+// Other OCI drivers (gVisor) use it to show the same templates with their
+// original owners.
+func RootUserNS(rootfs string) (UserNS, error) {
+	ok, err := shifted(rootfs)
+	if err != nil || !ok {
+		return UserNS{}, err
+	}
+	if err := shiftRootDir(rootfs); err != nil {
+		return UserNS{}, err
+	}
+	return UserNS{HostID: idBase, Size: idRange}, nil
 }
 
 // shiftRootDir shifts the owner of the root directory itself (see

@@ -291,6 +291,29 @@ func (b *Backend) TemplatePath(name string) string {
 	return filepath.Join(b.templatesDir(), name)
 }
 
+// ScratchDir returns the path of the directory name at the top of the
+// btrfs tree (next to templates/ and roots/), creating it mode 0700. It is
+// for callers that keep trees of their own which they later copy into
+// templates, such as image build snapshots: on the same filesystem, a copy
+// clones extents (FICLONE) instead of copying data. The backend never
+// looks inside it; Close unmounts it with the rest of the image, so the
+// caller stops using it first. name must be a plain name other than the
+// backend's own directories.
+func (b *Backend) ScratchDir(name string) (string, error) {
+	switch name {
+	case "", ".", "..", "templates", "roots", "seed":
+		return "", errdefs.Errorf(errdefs.ErrInvalidArgument, "scratch directory name %q is reserved", name)
+	}
+	if strings.ContainsRune(name, '/') {
+		return "", errdefs.Errorf(errdefs.ErrInvalidArgument, "scratch directory name %q is not a plain name", name)
+	}
+	dir := filepath.Join(b.base, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating scratch directory %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
 // RootPath returns the path of root id's overlay mount, Dir/merged/<id>.
 func (b *Backend) RootPath(id string) string {
 	return filepath.Join(b.mergedDir(), id)

@@ -1,0 +1,34 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/corralrun/corral/internal/images"
+)
+
+// openImages opens the image service: the image cache under
+// <state>/images, the build cache on the storage's own filesystem when the
+// backend offers a scratch directory there (btrfs: copies of build results
+// into templates are then clones), else under <state>/build.
+func (d *Daemon) openImages() error {
+	buildDir := filepath.Join(d.cfg.StateDir, "build")
+	if sd, ok := d.storage.(interface{ ScratchDir(string) (string, error) }); ok {
+		dir, err := sd.ScratchDir("build")
+		if err != nil {
+			return err
+		}
+		buildDir = dir
+	}
+	svc, err := images.Open(images.Config{
+		Manager:  d.manager,
+		CacheDir: filepath.Join(d.cfg.StateDir, "images"),
+		BuildDir: buildDir,
+		Logger:   d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("opening image service: %w", err)
+	}
+	d.images = svc
+	return nil
+}

@@ -1,0 +1,285 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/network"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// Network gives sandboxes network namespaces prepared on the host and
+// enforces their egress policies there. *network.Manager implements it.
+type Network interface {
+	Setup(ctx context.Context, id string, p egress.Policy) (*network.Sandbox, error)
+	Update(ctx context.Context, id string, p egress.Policy) error
+	Teardown(ctx context.Context, id string) error
+	Get(id string) (network.Sandbox, bool)
+	Reconcile(ctx context.Context, keep map[string]egress.Policy) error
+}
+
+var _ Network = (*network.Manager)(nil)
+
+// Files in a sandbox's directory under Config.NetworkDir, bind-mounted
+// read-only over /etc/resolv.conf and /etc/hosts.
+const (
+	resolvConfFile = "resolv.conf"
+	hostsFile      = "hosts"
+)
+
+// teardownTimeout bounds one background network teardown.
+const teardownTimeout = time.Minute
+
+// hasRules reports whether p names any domain, CIDR or header rule.
+func hasRules(p egress.Policy) bool { return len(p.Domains)+len(p.CIDRs)+len(p.Headers) > 0 }
+
+// resolvePolicy fills an empty mode with mode (allowlist instead of none
+// when p has rules, which none cannot take) and normalizes p. Modes other
+// than none need Config.Network.
+func (m *Manager) resolvePolicy(p egress.Policy, mode egress.Mode) (egress.Policy, error) {
+	if p.Mode == "" {
+		p.Mode = mode
+		if hasRules(p) && mode == egress.ModeNone {
+			p.Mode = egress.ModeAllowlist
+		}
+	}
+	p, err := p.Normalize()
+	if err != nil {
+		return egress.Policy{}, err
+	}
+	if p.Mode != egress.ModeNone && m.cfg.Network == nil {
+		return egress.Policy{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "network mode %s: this daemon runs without network support", p.Mode)
+	}
+	return p, nil
+}
+
+// clonePolicy returns a deep copy of p.
+func clonePolicy(p egress.Policy) egress.Policy {
+	p.Domains = slices.Clone(p.Domains)
+	for i := range p.Domains {
+		p.Domains[i].Ports = slices.Clone(p.Domains[i].Ports)
+	}
+	p.CIDRs = slices.Clone(p.CIDRs)
+	for i := range p.CIDRs {
+		p.CIDRs[i].Ports = slices.Clone(p.CIDRs[i].Ports)
+	}
+	p.Headers = slices.Clone(p.Headers)
+	return p
+}
+
+// managedNetwork reports whether sb's network is one of Config.Network's:
+// records from before networks (no mode) ran in the runtime's own
+// namespace.
+func (m *Manager) managedNetwork(sb Sandbox) bool {
+	return m.cfg.Network != nil && sb.Network.Mode != ""
+}
+
+// setupNetwork prepares sandbox sb's network namespace under its policy
+// and writes its resolv.conf and hosts files. It returns what the driver
+// needs (nil without Config.Network). On failure nothing is left.
+func (m *Manager) setupNetwork(ctx context.Context, sb Sandbox) (*driver.Network, error) {
+	if !m.managedNetwork(sb) {
+		return nil, nil
+	}
+	ns, err := m.cfg.Network.Setup(ctx, sb.ID, sb.Network)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(m.cfg.NetworkDir, sb.ID)
+	hosts := "127.0.0.1\tlocalhost\n127.0.1.1\t" + sb.ID + "\n"
+	err = os.MkdirAll(dir, 0o700)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, resolvConfFile), []byte(ns.ResolvConf()), 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, hostsFile), []byte(hosts), 0o644)
+	}
+	if err != nil {
+		err = fmt.Errorf("writing name service files of sandbox %s: %w", sb.ID, err)
+		return nil, errors.Join(err, m.releaseNetwork(context.WithoutCancel(ctx), sb.ID))
+	}
+	return &driver.Network{
+		NetNSPath:  ns.NetNSPath,
+		ResolvConf: filepath.Join(dir, resolvConfFile),
+		Hosts:      filepath.Join(dir, hostsFile),
+		Env:        ns.ProxyEnv(),
+	}, nil
+}
+
+// releaseNetwork tears down sandbox id's network and removes its files.
+// It is idempotent.
+func (m *Manager) releaseNetwork(ctx context.Context, id string) error {
+	if m.cfg.Network == nil {
+		return nil
+	}
+	err := m.cfg.Network.Teardown(ctx, id)
+	if rerr := os.RemoveAll(filepath.Join(m.cfg.NetworkDir, id)); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("removing name service files of sandbox %s: %w", id, rerr))
+	}
+	return err
+}
+
+// releaseNetworkLater tears down the network of a deleted sandbox in the
+// background. Teardown takes tens of milliseconds of kernel RCU waits
+// (package network) that a client deleting a sandbox need not wait for:
+// the sandbox is gone from the API already, its processes are dead, and
+// its address stays reserved until the teardown ends. Close waits for
+// pending teardowns; after a crash, reconcile removes what is left.
+func (m *Manager) releaseNetworkLater(id string) {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.bgClosed {
+		ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+		defer cancel()
+		if err := m.releaseNetwork(ctx, id); err != nil {
+			m.log.Error("tearing down network", "sandbox_id", id, "err", err)
+		}
+		return
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+		defer cancel()
+		if err := m.releaseNetwork(ctx, id); err != nil {
+			m.log.Error("tearing down network", "sandbox_id", id, "err", err)
+		}
+	}()
+}
+
+// waitBackground stops accepting background work and waits for what is
+// running.
+func (m *Manager) waitBackground() {
+	m.bgMu.Lock()
+	m.bgClosed = true
+	m.bgMu.Unlock()
+	m.bg.Wait()
+}
+
+// UpdateNetwork replaces a running or paused sandbox's network policy and
+// returns the sandbox. The new policy takes effect at once for new DNS
+// queries and connections; connections already open keep running. An
+// empty Mode keeps the current mode. Switching to or from mode none fails
+// with errdefs.ErrFailedPrecondition (it needs a new sandbox), as does a
+// sandbox without a managed network.
+func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (Sandbox, error) {
+	e, err := m.entry(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	m.mu.RLock()
+	old := clonePolicy(e.sb.Network)
+	state := e.sb.State
+	managed := m.managedNetwork(e.sb)
+	m.mu.RUnlock()
+	if state != StateRunning && state != StatePaused {
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, state)
+	}
+	if !managed {
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s has no managed network (made before network support)", id)
+	}
+	p, err = m.resolvePolicy(p, old.Mode)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := m.cfg.Network.Update(ctx, id, p); err != nil {
+		return Sandbox{}, err
+	}
+	m.mu.Lock()
+	e.sb.Network = p
+	sb := e.sb.clone()
+	m.mu.Unlock()
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		// Keep the host and the record in agreement: the old policy is
+		// what a restarted daemon would apply.
+		rctx := context.WithoutCancel(ctx)
+		if rerr := m.cfg.Network.Update(rctx, id, old); rerr != nil {
+			m.log.Error("restoring network policy", "sandbox_id", id, "err", rerr)
+		}
+		m.mu.Lock()
+		e.sb.Network = old
+		m.mu.Unlock()
+		return Sandbox{}, fmt.Errorf("recording network policy of sandbox %s: %w", id, err)
+	}
+	m.log.Info("network policy updated", "sandbox_id", id, "mode", string(p.Mode),
+		"domains", len(p.Domains), "cidrs", len(p.CIDRs), "headers", len(p.Headers))
+	return sb, nil
+}
+
+// withNetworkEnv adds the proxy environment of the sandbox's network
+// (HTTP_PROXY and friends) to req under every other layer, so the
+// template, the sandbox and the request can override it. The caller holds
+// m.mu.
+func withNetworkEnv(e *entry, req *wire.ExecRequest) {
+	if len(e.netEnv) == 0 {
+		return
+	}
+	env := make(map[string]string, len(e.netEnv)+len(req.Env))
+	for _, kv := range e.netEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	maps.Copy(env, req.Env)
+	req.Env = env
+}
+
+// reconcileNetworks adopts the networks of the sandboxes reconcile kept
+// and removes every other one (Network.Reconcile), then marks kept
+// sandboxes whose network is gone as errored, and removes name service
+// files nobody uses. Called by reconcile, before anything else runs.
+func (m *Manager) reconcileNetworks(ctx context.Context) error {
+	if m.cfg.Network == nil {
+		return nil
+	}
+	keep := map[string]egress.Policy{}
+	for id, e := range m.sandboxes {
+		if m.managedNetwork(e.sb) {
+			keep[id] = e.sb.Network
+		}
+	}
+	if err := m.cfg.Network.Reconcile(ctx, keep); err != nil {
+		m.log.Warn("reconciling networks", "err", err)
+	}
+	for id := range keep {
+		e := m.sandboxes[id]
+		ns, ok := m.cfg.Network.Get(id)
+		if ok {
+			e.netEnv = ns.ProxyEnv()
+			continue
+		}
+		if e.sb.State == StateError {
+			continue
+		}
+		m.log.Warn("sandbox network is gone; marking the sandbox as error", "sandbox_id", id)
+		e.sb.State = StateError
+		e.sb.Error = "the sandbox's network is gone from the host; delete the sandbox"
+		if err := m.cfg.Store.PutSandbox(ctx, e.sb); err != nil {
+			return fmt.Errorf("recording sandbox %s: %w", id, err)
+		}
+	}
+	dirs, err := os.ReadDir(m.cfg.NetworkDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("listing network files: %w", err)
+	}
+	for _, d := range dirs {
+		if _, ok := m.sandboxes[d.Name()]; !ok {
+			if err := os.RemoveAll(filepath.Join(m.cfg.NetworkDir, d.Name())); err != nil {
+				return fmt.Errorf("removing network files of %s: %w", d.Name(), err)
+			}
+		}
+	}
+	return nil
+}

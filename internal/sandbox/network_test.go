@@ -1,0 +1,468 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/network"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// comparePrefixes lets cmp compare policies, which hold netip.Prefix.
+var comparePrefixes = cmpopts.EquateComparable(netip.Prefix{})
+
+// fakeNetwork keeps policies in memory, as network.Manager keeps them on
+// the host, and follows its rules for mode changes and reconciling.
+type fakeNetwork struct {
+	mu        sync.Mutex
+	nets      map[string]egress.Policy
+	torn      []string
+	failSetup error
+	// tearBlock, when set, is received from by every Teardown before it
+	// proceeds.
+	tearBlock chan struct{}
+}
+
+func newFakeNetwork() *fakeNetwork { return &fakeNetwork{nets: map[string]egress.Policy{}} }
+
+func (f *fakeNetwork) sandbox(id string, p egress.Policy) network.Sandbox {
+	sb := network.Sandbox{ID: id, Mode: p.Mode, NetNSPath: "/fake/netns/" + id, Ports: egress.DefaultServerPorts()}
+	if p.Mode != egress.ModeNone {
+		sb.HostAddr = netip.MustParseAddr("10.99.0.1")
+		sb.Addr = netip.MustParsePrefix("10.99.0.2/30")
+	}
+	return sb
+}
+
+func (f *fakeNetwork) Setup(_ context.Context, id string, p egress.Policy) (*network.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failSetup != nil {
+		return nil, f.failSetup
+	}
+	if _, ok := f.nets[id]; ok {
+		return nil, errdefs.Errorf(errdefs.ErrAlreadyExists, "fake network %s exists", id)
+	}
+	f.nets[id] = p
+	sb := f.sandbox(id, p)
+	return &sb, nil
+}
+
+func (f *fakeNetwork) Update(_ context.Context, id string, p egress.Policy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, ok := f.nets[id]
+	if !ok {
+		return errdefs.Errorf(errdefs.ErrNotFound, "fake network %s not found", id)
+	}
+	if (old.Mode == egress.ModeNone) != (p.Mode == egress.ModeNone) {
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "fake: mode %s to %s", old.Mode, p.Mode)
+	}
+	f.nets[id] = p
+	return nil
+}
+
+func (f *fakeNetwork) Teardown(_ context.Context, id string) error {
+	if f.tearBlock != nil {
+		<-f.tearBlock
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.nets, id)
+	f.torn = append(f.torn, id)
+	return nil
+}
+
+func (f *fakeNetwork) Get(id string) (network.Sandbox, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.nets[id]
+	return f.sandbox(id, p), ok
+}
+
+func (f *fakeNetwork) Reconcile(_ context.Context, keep map[string]egress.Policy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for id := range f.nets {
+		if p, ok := keep[id]; ok {
+			f.nets[id] = p
+		} else {
+			delete(f.nets, id)
+			f.torn = append(f.torn, id)
+		}
+	}
+	for id := range keep {
+		if _, ok := f.nets[id]; !ok {
+			errs = append(errs, errdefs.Errorf(errdefs.ErrNotFound, "fake network %s not on the host", id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (f *fakeNetwork) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for id := range f.nets {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (f *fakeNetwork) policy(id string) egress.Policy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nets[id]
+}
+
+// newNetHarness is a harness whose Manager has the fake network layer.
+func newNetHarness(t *testing.T, mod func(*Config)) (*harness, *fakeNetwork) {
+	t.Helper()
+	fn := newFakeNetwork()
+	dir := t.TempDir()
+	h := newHarness(t, func(c *Config) {
+		c.Network = fn
+		c.NetworkDir = dir
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return h, fn
+}
+
+// assertNetClean checks that no network and no name service file is left
+// once background teardowns ended (Close waits for them).
+func assertNetClean(t *testing.T, h *harness, fn *fakeNetwork) {
+	t.Helper()
+	h.m.Close()
+	if ids := fn.ids(); len(ids) != 0 {
+		t.Errorf("networks left: %v", ids)
+	}
+	if files, _ := os.ReadDir(h.cfg.NetworkDir); len(files) != 0 {
+		t.Errorf("network files left: %d", len(files))
+	}
+}
+
+func TestNetworkCreateDelete(t *testing.T) {
+	allow := egress.Policy{Domains: []egress.DomainRule{{Name: "Example.TEST."}},
+		CIDRs: []egress.CIDRRule{{Prefix: netip.MustParsePrefix("203.0.113.7/24"), Ports: []uint16{443}}}}
+	tests := []struct {
+		name     string
+		def      egress.Mode
+		spec     egress.Policy
+		want     egress.Policy
+		wantHost string // nameserver in resolv.conf
+	}{
+		{"server default", "", egress.Policy{}, egress.Policy{Mode: egress.ModeNone}, "127.0.0.1"},
+		{"open default", egress.ModeOpen, egress.Policy{}, egress.Policy{Mode: egress.ModeOpen}, "10.99.0.1"},
+		{"rules imply allowlist", "", allow, egress.Policy{Mode: egress.ModeAllowlist,
+			Domains: []egress.DomainRule{{Name: "example.test"}},
+			CIDRs:   []egress.CIDRRule{{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Ports: []uint16{443}}}}, "10.99.0.1"},
+		{"rules imply allowlist with default open", egress.ModeOpen, egress.Policy{Domains: []egress.DomainRule{{Name: "a.test"}}},
+			egress.Policy{Mode: egress.ModeAllowlist, Domains: []egress.DomainRule{{Name: "a.test"}}}, "10.99.0.1"},
+		{"explicit mode", egress.ModeOpen, egress.Policy{Mode: egress.ModeNone}, egress.Policy{Mode: egress.ModeNone}, "127.0.0.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, fn := newNetHarness(t, func(c *Config) { c.DefaultNetwork = tt.def })
+			ctx := t.Context()
+			sb, err := h.m.Create(ctx, Spec{Template: "tiny", Network: tt.spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, sb.Network, comparePrefixes); diff != "" {
+				t.Errorf("sandbox policy (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.want, fn.policy(sb.ID), comparePrefixes); diff != "" {
+				t.Errorf("network layer policy (-want +got):\n%s", diff)
+			}
+			recs, _ := h.store.Sandboxes(ctx)
+			if len(recs) != 1 || recs[0].Network.Mode != tt.want.Mode {
+				t.Errorf("store holds %+v", recs)
+			}
+			spec, err := h.drv.Spec(sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := spec.Network
+			if n == nil || n.NetNSPath != "/fake/netns/"+sb.ID {
+				t.Fatalf("driver network %+v", n)
+			}
+			resolv, _ := os.ReadFile(n.ResolvConf)
+			hosts, _ := os.ReadFile(n.Hosts)
+			if !strings.HasPrefix(string(resolv), "nameserver "+tt.wantHost+"\n") || !strings.Contains(string(hosts), sb.ID) {
+				t.Errorf("resolv.conf %q, hosts %q", resolv, hosts)
+			}
+			// Processes see the proxy environment unless they set it.
+			out := execOut(t, h, sb.ID, wire.ExecRequest{Shell: "echo $HTTP_PROXY,$https_proxy", Env: map[string]string{"https_proxy": "mine"}})
+			want := ",mine\n"
+			if tt.want.Mode != egress.ModeNone {
+				want = "http://10.99.0.1:15002,mine\n"
+			}
+			if out != want {
+				t.Errorf("proxy environment %q, want %q", out, want)
+			}
+			if err := h.m.Delete(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			assertNetClean(t, h, fn)
+			h.assertClean(t)
+		})
+	}
+}
+
+func execOut(t *testing.T, h *harness, id string, req wire.ExecRequest) string {
+	t.Helper()
+	var out strings.Builder
+	err := h.m.Exec(t.Context(), id, req, func(ev wire.ExecEvent) error {
+		if ev.Type == wire.EventStdout {
+			out.Write(ev.Bytes())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+func TestNetworkCreateRejects(t *testing.T) {
+	h, fn := newNetHarness(t, nil)
+	_, err := h.m.Create(t.Context(), Spec{Template: "tiny", Network: egress.Policy{Mode: "wide"}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("unknown mode: %v", err)
+	}
+	_, err = h.m.Create(t.Context(), Spec{Template: "tiny", Network: egress.Policy{Mode: egress.ModeNone, Domains: []egress.DomainRule{{Name: "x.test"}}}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("rules in mode none: %v", err)
+	}
+	assertNetClean(t, h, fn)
+	h.assertClean(t)
+
+	// Without a network layer only mode none works.
+	plain := newHarness(t, nil)
+	if _, err := plain.m.Create(t.Context(), Spec{Template: "tiny", Network: egress.Policy{Mode: egress.ModeOpen}}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("open without network support: %v", err)
+	}
+	sb, err := plain.m.Create(t.Context(), Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec, _ := plain.drv.Spec(sb.ID); spec.Network != nil {
+		t.Errorf("driver got a network without a network layer: %+v", spec.Network)
+	}
+}
+
+func TestNetworkRollsBack(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		mod  func(h *harness, fn *fakeNetwork)
+	}{
+		{"network fails", func(h *harness, fn *fakeNetwork) { fn.failSetup = boom }},
+		{"driver fails", func(h *harness, fn *fakeNetwork) { h.setFailDriver(func(string) error { return boom }) }},
+		{"store fails to record running", func(h *harness, fn *fakeNetwork) {
+			h.store.failPut = func(sb Sandbox) error {
+				if sb.State == StateRunning {
+					return boom
+				}
+				return nil
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, fn := newNetHarness(t, nil)
+			tt.mod(h, fn)
+			_, err := h.m.Create(t.Context(), Spec{Template: "tiny", Network: egress.Policy{Mode: egress.ModeAllowlist}})
+			if !errors.Is(err, boom) {
+				t.Fatalf("create error %v, want boom", err)
+			}
+			// Rollback is synchronous: nothing is left even before Close.
+			if ids := fn.ids(); len(ids) != 0 {
+				t.Errorf("networks left: %v", ids)
+			}
+			h.store.failPut = nil
+			assertNetClean(t, h, fn)
+			h.assertClean(t)
+		})
+	}
+}
+
+// TestNetworkTeardownInBackground checks that Delete returns before the
+// network is torn down, and that Close waits for the teardown.
+func TestNetworkTeardownInBackground(t *testing.T) {
+	h, fn := newNetHarness(t, nil)
+	sb, err := h.m.Create(t.Context(), Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn.tearBlock = make(chan struct{})
+	deleted := make(chan error, 1)
+	go func() { deleted <- h.m.Delete(context.Background(), sb.ID) }()
+	select {
+	case err := <-deleted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Delete waited for the network teardown")
+	}
+	if _, err := h.m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("sandbox still visible after Delete: %v", err)
+	}
+	if ids := fn.ids(); len(ids) != 1 {
+		t.Fatalf("network torn down before the teardown could run: %v", ids)
+	}
+	closed := make(chan struct{})
+	go func() {
+		h.m.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a teardown was pending")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(fn.tearBlock)
+	<-closed
+	assertNetClean(t, h, fn)
+}
+
+func TestUpdateNetwork(t *testing.T) {
+	h, fn := newNetHarness(t, nil)
+	ctx := t.Context()
+	listed, err := h.m.Create(ctx, Spec{Template: "tiny", Network: egress.Policy{Domains: []egress.DomainRule{{Name: "a.test"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPolicy := egress.Policy{Domains: []egress.DomainRule{{Name: "B.test"}},
+		Headers: []egress.HeaderRule{{Domain: "b.test", Name: "Authorization", Value: "Bearer s3cret"}}}
+	want := egress.Policy{Mode: egress.ModeAllowlist, Domains: []egress.DomainRule{{Name: "b.test"}},
+		Headers: []egress.HeaderRule{{Domain: "b.test", Name: "Authorization", Value: "Bearer s3cret"}}}
+	got, err := h.m.UpdateNetwork(ctx, listed.ID, newPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got.Network, comparePrefixes); diff != "" {
+		t.Errorf("returned policy (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, fn.policy(listed.ID), comparePrefixes); diff != "" {
+		t.Errorf("live policy (-want +got):\n%s", diff)
+	}
+	recs, _ := h.store.Sandboxes(ctx)
+	for _, r := range recs {
+		if r.ID == listed.ID {
+			if diff := cmp.Diff(want, r.Network, comparePrefixes); diff != "" {
+				t.Errorf("stored policy (-want +got):\n%s", diff)
+			}
+		}
+	}
+	errorCases := []struct {
+		name string
+		id   string
+		p    egress.Policy
+		want error
+	}{
+		{"to none", listed.ID, egress.Policy{Mode: egress.ModeNone}, errdefs.ErrFailedPrecondition},
+		{"from none", closed.ID, egress.Policy{Mode: egress.ModeOpen}, errdefs.ErrFailedPrecondition},
+		{"rules for none", closed.ID, egress.Policy{Domains: []egress.DomainRule{{Name: "x.test"}}}, errdefs.ErrFailedPrecondition},
+		{"invalid domain", listed.ID, egress.Policy{Domains: []egress.DomainRule{{Name: "-/"}}}, errdefs.ErrInvalidArgument},
+		{"unknown sandbox", "nosuch", egress.Policy{}, errdefs.ErrNotFound},
+	}
+	for _, tt := range errorCases {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := h.m.UpdateNetwork(ctx, tt.id, tt.p); !errors.Is(err, tt.want) {
+				t.Errorf("UpdateNetwork: %v, want %v", err, tt.want)
+			}
+		})
+	}
+	// A failed update changes nothing.
+	if diff := cmp.Diff(want, fn.policy(listed.ID), comparePrefixes); diff != "" {
+		t.Errorf("live policy after failed updates (-want +got):\n%s", diff)
+	}
+	// An empty mode keeps the current one, and no rules cut the sandbox off.
+	got, err = h.m.UpdateNetwork(ctx, listed.ID, egress.Policy{})
+	if err != nil || got.Network.Mode != egress.ModeAllowlist || hasRules(got.Network) {
+		t.Errorf("emptying the allowlist: %+v, %v", got.Network, err)
+	}
+	// A store failure restores the live policy.
+	h.store.failPut = func(Sandbox) error { return errors.New("disk full") }
+	if _, err := h.m.UpdateNetwork(ctx, listed.ID, newPolicy); err == nil {
+		t.Error("update with a failing store succeeded")
+	}
+	h.store.failPut = nil
+	if p := fn.policy(listed.ID); hasRules(p) {
+		t.Errorf("live policy not restored after the store failed: %+v", p)
+	}
+	if sb, _ := h.m.Get(listed.ID); hasRules(sb.Network) {
+		t.Errorf("sandbox policy not restored after the store failed: %+v", sb.Network)
+	}
+}
+
+// TestNetworkReconcile restarts the Manager: kept sandboxes' networks are
+// adopted with their stored policies, unknown networks removed, and a
+// sandbox whose network vanished is marked as error.
+func TestNetworkReconcile(t *testing.T) {
+	h, fn := newNetHarness(t, nil)
+	ctx := t.Context()
+	kept, err := h.m.Create(ctx, Spec{Template: "tiny", Network: egress.Policy{Domains: []egress.DomainRule{{Name: "a.test"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m.Close()
+	fn.mu.Lock()
+	delete(fn.nets, lost.ID)
+	fn.nets["orphan"] = egress.Policy{Mode: egress.ModeOpen}
+	fn.mu.Unlock()
+	if err := os.MkdirAll(filepath.Join(h.cfg.NetworkDir, "orphan"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t)
+	if diff := cmp.Diff([]string{kept.ID}, fn.ids()); diff != "" {
+		t.Errorf("networks after reconcile (-want +got):\n%s", diff)
+	}
+	if p := fn.policy(kept.ID); len(p.Domains) != 1 || p.Domains[0].Name != "a.test" {
+		t.Errorf("adopted policy %+v", p)
+	}
+	if got, _ := h.m.Get(lost.ID); got.State != StateError {
+		t.Errorf("sandbox without network is %s, want error", got.State)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.NetworkDir, "orphan")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphaned network files kept: %v", err)
+	}
+	// The kept sandbox still gets its proxy environment.
+	if out := execOut(t, h, kept.ID, wire.ExecRequest{Shell: "echo $HTTP_PROXY"}); out != "http://10.99.0.1:15002\n" {
+		t.Errorf("proxy environment after restart %q", out)
+	}
+	for _, id := range []string{kept.ID, lost.ID} {
+		if err := h.m.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertNetClean(t, h, fn)
+	h.assertClean(t)
+}

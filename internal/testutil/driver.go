@@ -1,0 +1,39 @@
+package testutil
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// SubreaperMain runs the tests of m and exits. As root it first makes the
+// test process a child subreaper, as the daemon is: sandbox processes
+// reparent to it once their runtime exits, and the drivers' reapers reap
+// them.
+func SubreaperMain(m *testing.M) {
+	if os.Geteuid() == 0 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "setting child subreaper:", err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// CgroupParent returns a cgroup parent path unique to the test,
+// "/corral-test-<random>", and removes it from every hierarchy when the
+// test ends (drivers remove the sandboxes' cgroups below it).
+func CgroupParent(t testing.TB) string {
+	p := fmt.Sprintf("/corral-test-%08x", rand.Uint32())
+	t.Cleanup(func() {
+		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, r := range append(roots, "/sys/fs/cgroup") {
+			_ = os.Remove(filepath.Join(r, p))
+		}
+	})
+	return p
+}

@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralrun/corral/internal/network/nettest"
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// netWorld is a daemon whose sandboxes' "internet" is the test's own: a
+// namespace with HTTP servers a and b (nettest.Internet, 198.18.x.0/24)
+// and a DNS upstream on loopback that knows example.test (server a) and
+// other.test (server b). No test traffic leaves loopback and the
+// namespaces the test made.
+type netWorld struct {
+	d    *daemon
+	in   *nettest.Internet
+	a, b string // server addresses
+}
+
+func newNetWorld(t *testing.T, storage string) *netWorld {
+	t.Helper()
+	requireHost(t)
+	in := nettest.NewInternet(t, "cei"+randHex(4), "example.test", "other.test")
+	up := nettest.StartUpstream(t, map[string][]string{
+		"example.test": {in.A.String()},
+		"other.test":   {in.B.String()},
+	})
+	d := startDaemon(t, storage, "--dns-upstream", up.Addr.String())
+	return &netWorld{d: d, in: in, a: in.A.String(), b: in.B.String()}
+}
+
+// sh runs a shell script in a sandbox and returns its combined output and
+// exit code.
+func (w *netWorld) sh(t *testing.T, id, script string) (string, int) {
+	t.Helper()
+	out, res := w.d.execOut(t, id, script)
+	return out, res.ExitCode
+}
+
+// TestNetworkAllowlist is the issue's check: with an allowlist naming
+// example.test, `corral run` reaches the test's own server by name, and
+// every other name or address fails with a clear error.
+func TestNetworkAllowlist(t *testing.T) {
+	w := newNetWorld(t, "overlay")
+	d := w.d
+	out, errOut, code := d.corral("run", "--template", "bb", "--network", "allowlist", "--allow-domain", "example.test",
+		"--", "wget", "-qO-", "http://example.test/")
+	if code != 0 || nettest.Field(out, "server") != "a" || nettest.Field(out, "host") != "example.test" {
+		t.Fatalf("allowed domain: code %d, stdout %q, stderr %q\nlogs:\n%s", code, out, errOut, d.logs.String())
+	}
+
+	sb := d.create(t, corral.CreateOptions{Network: &corral.NetworkPolicy{Mode: "allowlist", AllowDomains: []string{"example.test"}}})
+	// Through the explicit proxy (HTTP_PROXY, set by the daemon) and the
+	// transparent one (wget -Y off connects to the address it resolved).
+	for _, proxy := range []string{"on", "off"} {
+		out, code := w.sh(t, sb.ID, "wget -Y "+proxy+" -qO- http://example.test/")
+		if code != 0 || nettest.Field(out, "server") != "a" {
+			t.Errorf("allowed domain with proxy %s: code %d, %q", proxy, code, out)
+		}
+	}
+	refused := []struct {
+		name, script, want string
+	}{
+		{"other name via proxy", "wget -qO- http://other.test/", "403"},
+		{"other name resolved", "wget -Y off -qO- http://other.test/", "bad address"},
+		{"other name in DNS", "nslookup other.test", "NXDOMAIN"},
+		{"other address", "wget -Y off -qO- http://" + w.b + "/", "403"},
+		{"other address via proxy", "wget -qO- http://" + w.b + "/", "403"},
+		{"other port", "nc -w 3 " + w.b + " 8080 </dev/null && echo connected", ""},
+		{"metadata address", "timeout 5 wget -Y off -qO- http://169.254.169.254/", "403"},
+		{"host's other ports", "nc -w 3 $(awk '/^nameserver/ {print $2}' /etc/resolv.conf) 22 </dev/null && echo connected", ""},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := w.sh(t, sb.ID, tt.script)
+			t.Logf("%s: %q", tt.script, out)
+			if code == 0 || strings.Contains(out, "connected") || !strings.Contains(out, tt.want) {
+				t.Errorf("%s: code %d, output %q; want a failure saying %q", tt.script, code, out, tt.want)
+			}
+		})
+	}
+	// The proxy dials the name, never the address the sandbox chose: a
+	// request to b's address for example.test reaches a.
+	out, code = w.sh(t, sb.ID, "wget -Y off -qO- --header 'Host: example.test' http://"+w.b+"/")
+	if code != 0 || nettest.Field(out, "server") != "a" {
+		t.Errorf("Host example.test sent to b's address: code %d, %q; want server a", code, out)
+	}
+}
+
+// TestNetworkLiveUpdate replaces a running sandbox's allowlist through the
+// CLI and checks that it takes effect within a second, both ways.
+func TestNetworkLiveUpdate(t *testing.T) {
+	w := newNetWorld(t, "overlay")
+	d := w.d
+	sb := d.create(t, corral.CreateOptions{Network: &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}})
+	if sb.Network == nil || sb.Network.Mode != "allowlist" {
+		t.Fatalf("rules without a mode: policy %+v, want allowlist", sb.Network)
+	}
+	if _, code := w.sh(t, sb.ID, "wget -qO- http://other.test/"); code == 0 {
+		t.Fatal("other.test reachable before the update")
+	}
+	out, errOut, code := d.corral("network", sb.ID, "--allow-domain", "other.test")
+	if code != 0 || !strings.Contains(out, "allow-domain: other.test") {
+		t.Fatalf("corral network: code %d, %q %q", code, out, errOut)
+	}
+	updated := time.Now()
+	for _, tt := range []struct {
+		host, want string
+		ok         bool
+	}{{"other.test", "b", true}, {"example.test", "", false}} {
+		for {
+			out, code := w.sh(t, sb.ID, "wget -qO- http://"+tt.host+"/")
+			if (code == 0) == tt.ok && nettest.Field(out, "server") == tt.want {
+				break
+			}
+			if time.Since(updated) > time.Second {
+				t.Fatalf("%s after the update: code %d, %q", tt.host, code, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("update effective after %s", time.Since(updated))
+	if _, errOut, code := d.corral("network", sb.ID, "--mode", "none"); code == 0 || !strings.Contains(errOut, "new sandbox") {
+		t.Errorf("switching to none: code %d, %q; want a failed precondition", code, errOut)
+	}
+	if out, _, code := d.corral("network", sb.ID); code != 0 || out != "mode: allowlist\nallow-domain: other.test\n" {
+		t.Errorf("corral network ID: code %d, %q", code, out)
+	}
+}
+
+// TestNetworkHeaders injects a header on requests to example.test: it
+// arrives at the server, and the API never shows its value.
+func TestNetworkHeaders(t *testing.T) {
+	w := newNetWorld(t, "overlay")
+	d := w.d
+	const secret = "Bearer e2e-s3cret"
+	sb := d.create(t, corral.CreateOptions{Network: &corral.NetworkPolicy{
+		AllowDomains: []string{"example.test"},
+		Headers:      []corral.HeaderRule{{Domain: "example.test", Name: "Authorization", Value: secret}},
+	}})
+	for _, proxy := range []string{"on", "off"} {
+		out, code := w.sh(t, sb.ID, "wget -Y "+proxy+" -qO- --header 'Authorization: mine' http://example.test/")
+		if code != 0 || !strings.Contains(out, "auth="+secret+"\n") {
+			t.Errorf("proxy %s: code %d, %q; want the injected header", proxy, code, out)
+		}
+	}
+	out, _, code := d.corral("inspect", sb.ID)
+	if code != 0 || strings.Contains(out, "s3cret") || !strings.Contains(out, "Authorization") {
+		t.Errorf("inspect shows %q", out)
+	}
+	if out, _ := w.sh(t, sb.ID, "env; cat /etc/resolv.conf"); strings.Contains(out, "s3cret") {
+		t.Errorf("the secret is visible in the sandbox: %q", out)
+	}
+}
+
+// TestNetworkNoneAndRestart checks the default mode (loopback only, name
+// lookups fail at once) and that a restarted daemon adopts the networks of
+// the sandboxes it keeps, policies included.
+func TestNetworkNoneAndRestart(t *testing.T) {
+	w := newNetWorld(t, "btrfs")
+	d := w.d
+	none := d.create(t, corral.CreateOptions{})
+	if none.Network == nil || none.Network.Mode != "none" {
+		t.Fatalf("default policy %+v, want none", none.Network)
+	}
+	out, code := w.sh(t, none.ID, "ls /sys/class/net; cat /etc/resolv.conf; wget -qO- http://"+w.a+"/ 2>&1; nslookup example.test 2>&1")
+	if code == 0 || !strings.HasPrefix(out, "lo\nnameserver 127.0.0.1\n") || strings.Contains(out, "server=") {
+		t.Errorf("mode none: code %d, %q", code, out)
+	}
+	open := d.create(t, corral.CreateOptions{Network: &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}})
+	d.stop()
+	d.start()
+	out, code = w.sh(t, open.ID, "wget -qO- http://example.test/")
+	if code != 0 || nettest.Field(out, "server") != "a" {
+		t.Fatalf("after restart: code %d, %q\nlogs:\n%s", code, out, d.logs.String())
+	}
+	if _, code := w.sh(t, open.ID, "wget -qO- http://other.test/"); code == 0 {
+		t.Error("after restart the policy no longer holds")
+	}
+}
+
+// TestNetworkManySandboxes sets up and tears down the networks of a batch
+// of sandboxes; the harness then checks that no interface, namespace, nft
+// table, address or route is left. (internal/network's own tests do 100.)
+func TestNetworkManySandboxes(t *testing.T) {
+	w := newNetWorld(t, "overlay")
+	d := w.d
+	var ids []string
+	for i := range 10 {
+		p := &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}
+		if i%2 == 1 {
+			p = &corral.NetworkPolicy{Mode: "none"}
+		}
+		ids = append(ids, d.create(t, corral.CreateOptions{Network: p}).ID)
+	}
+	if out, code := w.sh(t, ids[0], "wget -qO- http://example.test/"); code != 0 || nettest.Field(out, "server") != "a" {
+		t.Errorf("first sandbox: code %d, %q", code, out)
+	}
+	start := time.Now()
+	for _, id := range ids {
+		if err := d.client.Delete(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("deleted %d sandboxes in %s", len(ids), time.Since(start))
+}
