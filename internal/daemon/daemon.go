@@ -327,6 +327,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 			d.log.Error("closing storage", "err", err)
 		}
 	}
+	if idle {
+		removeCgroupParent(d.cfg.CgroupParent)
+	}
 	if d.store != nil {
 		_ = d.store.Close()
 	}
@@ -414,4 +417,19 @@ func (d *Daemon) serve(l net.Listener, h http.Handler) {
 			}
 		}
 	}()
+}
+
+// removeCgroupParent removes the daemon's cgroup parent from every
+// hierarchy once no sandbox is left, so a stopped daemon leaves nothing in
+// /sys/fs/cgroup. A parent that still has children (sandboxes of another
+// daemon sharing it) stays: rmdir refuses non-empty cgroups.
+func removeCgroupParent(parent string) {
+	if parent == "" {
+		parent = runc.DefaultCgroupParent
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", parent))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", parent))
+	for _, dir := range dirs {
+		_ = os.Remove(dir)
+	}
 }
