@@ -59,6 +59,13 @@ type Config struct {
 	BtrfsImageSize int64
 	// Runtime is the default runtime (default "runc").
 	Runtime string
+	// Runtimes are the runtimes to offer besides runc, which is always
+	// there: "gvisor". Empty means gvisor when `corral doctor` finds it
+	// usable on this host (see openGVisor).
+	Runtimes []string
+	// RunscPath is the runsc binary (default: from PATH) and
+	// GVisorPlatform gVisor's platform (default systrap).
+	RunscPath, GVisorPlatform string
 	// RuncPath is the runc binary (default: from PATH).
 	RuncPath string
 	// AgentPath is the static binary run as the in-sandbox agent
@@ -121,6 +128,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Defaults == (sandbox.Limits{}) {
 		c.Defaults = DefaultLimits()
+	}
+	if err := c.checkRuntimes(); err != nil {
+		return err
 	}
 	if err := checkLimits(c.Defaults, c.Max); err != nil {
 		return err
@@ -227,6 +237,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting runc driver: %w", err)
 	}
 	d.drivers = append(d.drivers, rd)
+	if err := d.openGVisor(ctx); err != nil {
+		return nil, err
+	}
 	if err := d.openNetwork(); err != nil {
 		return nil, err
 	}

@@ -148,9 +148,8 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
 	// Restore creates a new instance id from the image in dir with the
 	// given spec (its own root, limits and network; spec.ID must be id or
-	// empty), as Create does:
-	// it returns once the restored agent accepts connections, and a
-	// failed Restore leaves nothing behind. The restored processes
-	// continue where the checkpoint left them.
+	// empty), as Create does: it returns once the restored agent accepts
+	// connections, and a failed Restore leaves nothing behind. The
+	// restored processes continue where the checkpoint left them.
 	Restore(ctx context.Context, id string, spec Spec, dir string) error
 }

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/reaper"
 )
 
 // SubreaperMain runs the tests of m and exits. As root it first makes the
@@ -36,4 +39,23 @@ func CgroupParent(t testing.TB) string {
 		}
 	})
 	return p
+}
+
+// DriverDeps returns what a driver under test needs besides its own
+// configuration: a short root directory (unix socket paths are limited to
+// 107 bytes) and a running reaper. Both go when the test ends, after the
+// cleanups registered later, such as the driver's Close.
+func DriverDeps(t testing.TB) (root string, rp *reaper.Reaper) {
+	t.Helper()
+	root, err := os.MkdirTemp("", "crl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp = reaper.New(reaper.Options{})
+	rp.Start(context.Background())
+	t.Cleanup(func() {
+		rp.Close()
+		os.RemoveAll(root)
+	})
+	return root, rp
 }

@@ -33,8 +33,13 @@ func reportPercentiles(b *testing.B, prefix string, samples []time.Duration) (p5
 //
 //	go test -run '^$' -bench ExecRoundTrip -benchtime 2000x ./test/e2e
 func BenchmarkExecRoundTrip(b *testing.B) {
-	d := startDaemon(b, "btrfs")
-	sb := d.create(b, corral.CreateOptions{})
+	execRoundTrip(b, startDaemon(b, "btrfs"), "")
+}
+
+// execRoundTrip reports the p50 and p99 of `exec true` on one sandbox of
+// runtime (the daemon's default when empty).
+func execRoundTrip(b *testing.B, d *daemon, runtime string) {
+	sb := d.create(b, corral.CreateOptions{Runtime: runtime})
 	ctx := context.Background()
 	opts := corral.ExecOptions{Cmd: []string{"/bin/true"}}
 	for i := 0; i < 20; i++ { // warm connections and caches
@@ -83,14 +88,22 @@ func BenchmarkColdStart(b *testing.B) {
 }
 
 func benchColdStart(b *testing.B, storage string) {
-	d := startDaemon(b, storage)
+	coldStart(b, startDaemon(b, storage), "", "runc-", bareRuncRun)
+}
+
+// coldStart alternates Corral's cold create on runtime (the daemon's
+// default when empty) of a busybox sandbox until the first byte of `echo
+// hi` arrives at the client, and bare's run of the same rootfs, and
+// reports both p50s (the peer's metrics prefixed with peer) and their
+// ratio.
+func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.TB, string) time.Duration) {
 	bundle := bareBundle(b)
 	ctx := context.Background()
-	var corralSamples, runcSamples []time.Duration
+	var corralSamples, peerSamples []time.Duration
 	for i := 0; i < b.N; i++ {
 		// Corral: create + exec, timed to first output.
 		fo := &firstOutput{start: time.Now()}
-		sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
+		sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -102,12 +115,12 @@ func benchColdStart(b *testing.B, storage string) {
 		if err := d.client.Delete(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
-		runcSamples = append(runcSamples, bareRuncRun(b, bundle))
+		peerSamples = append(peerSamples, bare(b, bundle))
 		b.StartTimer()
 	}
 	b.StopTimer()
 	c := reportPercentiles(b, "corral-", corralSamples)
-	r := reportPercentiles(b, "runc-", runcSamples)
+	r := reportPercentiles(b, peer, peerSamples)
 	if r > 0 {
 		b.ReportMetric(float64(c)/float64(r), "ratio-p50")
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/driver/gvisor/gvisortest"
 	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
@@ -202,6 +203,9 @@ func checkNoLeaks(t testing.TB, d *daemon) {
 	out, err := exec.Command("runc", "--root", filepath.Join(d.stateDir, "runc", "state"), "list", "-q").Output()
 	if err == nil && strings.TrimSpace(string(out)) != "" {
 		t.Errorf("leaked runc containers: %s", out)
+	}
+	if g := gvisortest.Leftovers(filepath.Join(d.stateDir, "gvisor")); len(g) > 0 {
+		t.Errorf("leaked gVisor sandboxes: %v", g)
 	}
 	if n := d.net.Leftovers(t); len(n) > 0 {
 		t.Errorf("leaked network objects: %v", n)

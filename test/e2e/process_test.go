@@ -178,29 +178,7 @@ func TestBackgroundSurvivesDaemonRestart(t *testing.T) {
 	if code != 0 || !strings.Contains(ps, strconv.Itoa(pid)) || !strings.Contains(ps, "running") || !strings.Contains(ps, "clock") {
 		t.Fatalf("ps after restart (%d):\n%s", code, ps)
 	}
-	// Attach from 0 over the WebSocket until a line from after the restart
-	// arrives.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var buf syncBuffer
-	var seenAfter sync.Once
-	w := writerFunc(func(p []byte) (int, error) {
-		n, err := buf.Write(p)
-		for _, s := range stamps(buf.String()) {
-			if s > restartedAt {
-				seenAfter.Do(cancel)
-			}
-		}
-		return n, err
-	})
-	_, err = d.client.Attach(ctx, sb.ID, pid, corral.AttachOptions{Stdout: w})
-	if ctx.Err() == nil || t.Context().Err() != nil {
-		t.Fatalf("attach ended early: %v", err)
-	}
-	got := stamps(buf.String())
-	if len(got) == 0 || got[0] >= killedAt || got[len(got)-1] <= restartedAt {
-		t.Fatalf("re-attach output does not span the restart (killed %d, restarted %d):\n%s", killedAt, restartedAt, buf.String())
-	}
+	attachAcrossRestart(t, d, sb.ID, pid, killedAt, restartedAt)
 
 	if _, errOut, code := d.corral("kill", "-s", "TERM", sb.ID, strconv.Itoa(pid)); code != 0 {
 		t.Fatalf("kill: %d %s", code, errOut)
@@ -212,6 +190,35 @@ func TestBackgroundSurvivesDaemonRestart(t *testing.T) {
 	ps, _, _ = d.corral("ps", sb.ID)
 	if !strings.Contains(ps, "killed (SIGTERM)") {
 		t.Fatalf("ps after kill:\n%s", ps)
+	}
+}
+
+// attachAcrossRestart attaches from offset 0 over the WebSocket to
+// process pid, which prints a time stamp a line, until a line from after
+// the daemon's restart arrives, and fails unless the output spans the
+// restart (killed and restarted are Unix seconds).
+func attachAcrossRestart(t *testing.T, d *daemon, id string, pid int, killed, restarted int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var buf syncBuffer
+	var seenAfter sync.Once
+	w := writerFunc(func(p []byte) (int, error) {
+		n, err := buf.Write(p)
+		for _, s := range stamps(buf.String()) {
+			if s > restarted {
+				seenAfter.Do(cancel)
+			}
+		}
+		return n, err
+	})
+	_, err := d.client.Attach(ctx, id, pid, corral.AttachOptions{Stdout: w})
+	if ctx.Err() == nil || t.Context().Err() != nil {
+		t.Fatalf("attach ended early: %v", err)
+	}
+	got := stamps(buf.String())
+	if len(got) == 0 || got[0] >= killed || got[len(got)-1] <= restarted {
+		t.Fatalf("re-attach output does not span the restart (killed %d, restarted %d):\n%s", killed, restarted, buf.String())
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/driver/gvisor"
+	"github.com/corralrun/corral/internal/driver/gvisor/gvisortest"
 	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
@@ -219,6 +221,9 @@ func (d *daemon) checkNoLeaks(t testing.TB) {
 	if err == nil && strings.TrimSpace(string(out)) != "" {
 		t.Errorf("leaked runc containers: %s", out)
 	}
+	if g := gvisortest.Leftovers(filepath.Join(d.stateDir, "gvisor")); len(g) > 0 {
+		t.Errorf("leaked gVisor sandboxes: %v", g)
+	}
 	if n := d.net.Leftovers(t); len(n) > 0 {
 		t.Errorf("leaked network objects: %v", n)
 	}
@@ -304,6 +309,9 @@ func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 
 // agentSocket is the host path of sandbox id's agent socket.
 func (s *suite) agentSocket(id string) string {
+	if s.runtime == "gvisor" {
+		return filepath.Join(gvisor.MountDirFor(filepath.Join(s.d.stateDir, "gvisor")), id, "run", "agent.sock")
+	}
 	return filepath.Join(s.d.stateDir, "runc", "sandboxes", id, "agent.sock")
 }
 

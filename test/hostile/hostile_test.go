@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -31,6 +32,15 @@ const latencyBudget = 50 * time.Millisecond
 func TestHostile(t *testing.T) {
 	d := startDaemon(t)
 	runCases(t, &suite{d: d, attack: buildAttack(t), runtime: "runc"})
+}
+
+// TestHostileGVisor runs the same cases with gVisor sandboxes. Where
+// gVisor contains an attack differently, the case says so and checks
+// gVisor's way.
+func TestHostileGVisor(t *testing.T) {
+	testutil.RequiresBinary(t, "runsc")
+	d := startDaemon(t, "--runtimes", "gvisor")
+	runCases(t, &suite{d: d, attack: buildAttack(t), runtime: "gvisor"})
 }
 
 func runCases(t *testing.T, s *suite) {

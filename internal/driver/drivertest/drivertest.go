@@ -84,6 +84,7 @@ func Run(t *testing.T, h Harness) {
 		{"Isolation", testIsolation},
 		{"ConcurrentCreates", testConcurrentCreates},
 		{"PauseResume", testPauseResume},
+		{"ErrorKinds", testErrorKinds},
 		{"CheckpointRestore", testCheckpointRestore},
 	}
 	for _, c := range cases {
@@ -185,6 +186,26 @@ func (s *suite) sh(t *testing.T, id, script string) execResult {
 		t.Fatalf("exec %q in %s: %v", script, id, err)
 	}
 	return res
+}
+
+// WaitStatus polls d until instance id has the status want and fails the
+// test if it does not within limit.
+func WaitStatus(t testing.TB, d driver.Driver, id string, want driver.Status, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		st, err := d.Status(context.Background(), id)
+		if err != nil {
+			t.Fatalf("Status(%s): %v", id, err)
+		}
+		if st == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Status(%s) = %s after %v, want %s", id, st, limit, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (s *suite) wantStatus(t *testing.T, id string, want driver.Status) {
@@ -321,20 +342,7 @@ func testInstanceOOM(t *testing.T, s *suite, id, script string) {
 		t.Fatalf("allocating 200 MB under a 32 MiB limit succeeded: %+v", res)
 	}
 	t.Logf("allocation under a 32 MiB limit: %+v, %v", res, err)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := s.d.Status(t.Context(), id)
-		if err != nil {
-			t.Fatalf("Status(%s): %v", id, err)
-		}
-		if st == driver.StatusStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Status(%s) = %s after its memory ran out, want stopped", id, st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	WaitStatus(t, s.d, id, driver.StatusStopped, 10*time.Second)
 	st, err := s.d.Stats(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -474,6 +482,32 @@ func testPauseResume(t *testing.T, s *suite) {
 		t.Fatalf("Delete of a paused sandbox: %v", err)
 	}
 	s.wantStatus(t, id, driver.StatusUnknown)
+}
+
+// testErrorKinds checks the errdefs kinds of the optional abilities:
+// ErrNotFound for an unknown instance, ErrFailedPrecondition for a state
+// that does not allow the call.
+func testErrorKinds(t *testing.T, s *suite) {
+	ctx := t.Context()
+	id := s.create(t, "kinds", driver.Resources{})
+	if p, ok := s.d.(driver.Pauser); ok {
+		if err := p.Pause(ctx, "never-created"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Pause(unknown) = %v, want ErrNotFound", err)
+		}
+		if err := p.Resume(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("Resume(running) = %v, want ErrFailedPrecondition", err)
+		}
+	}
+	if u, ok := s.d.(driver.Updater); ok {
+		if err := u.Update(ctx, "never-created", driver.Resources{}); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Update(unknown) = %v, want ErrNotFound", err)
+		}
+	}
+	if c, ok := s.d.(driver.Checkpointer); ok {
+		if err := c.Checkpoint(ctx, "never-created", t.TempDir(), true); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Checkpoint(unknown) = %v, want ErrNotFound", err)
+		}
+	}
 }
 
 // counterLoop is a background process whose state is in memory: its

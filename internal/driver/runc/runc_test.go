@@ -17,7 +17,6 @@ import (
 	"github.com/corralrun/corral/internal/driver/drivertest"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/reaper"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -41,12 +40,7 @@ func newEnv(t testing.TB) env {
 // are limited to 107 bytes) and its own running reaper.
 func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
 	t.Helper()
-	root, err := os.MkdirTemp("", "crl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := reaper.New(reaper.Options{})
-	rp.Start(context.Background())
+	root, rp := testutil.DriverDeps(t)
 	cfg := Config{Root: root, AgentPath: e.agent, CgroupParent: e.cgroupParent, Reaper: rp}
 	if mod != nil {
 		mod(&cfg)
@@ -55,11 +49,7 @@ func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		d.Close()
-		rp.Close()
-		os.RemoveAll(root)
-	})
+	t.Cleanup(func() { d.Close() })
 	return d
 }
 
@@ -252,15 +242,6 @@ func TestUpdateAndLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(128<<20, 200000, 200)
-	if err := d.Update(ctx, "nope", driver.Resources{}); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("Update(unknown) = %v, want ErrNotFound", err)
-	}
-	if err := d.Pause(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("Pause(unknown) = %v, want ErrNotFound", err)
-	}
-	if err := d.Resume(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("Resume(running) = %v, want ErrFailedPrecondition", err)
-	}
 }
 
 // TestTakeOver checks that a second driver on the same root (a restarted
@@ -317,20 +298,7 @@ func TestStoppedSandbox(t *testing.T) {
 	if _, err := d.cli.Run(ctx, nil, "kill", "dies", "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, err := d.Status(ctx, "dies")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st == driver.StatusStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Status = %s after the init was killed, want stopped", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	drivertest.WaitStatus(t, d, "dies", driver.StatusStopped, 5*time.Second)
 	if err := d.Delete(ctx, "dies"); err != nil {
 		t.Fatal(err)
 	}

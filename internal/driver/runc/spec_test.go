@@ -3,13 +3,11 @@ package runc
 import (
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -55,19 +53,7 @@ func TestOCISpecGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = append(got, '\n')
-			golden := filepath.Join("testdata", tt.name+".json")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("reading golden file (run with -update to create it): %v", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("OCISpec mismatch (-want +got):\n%s", diff)
-			}
+			testutil.CheckGolden(t, filepath.Join("testdata", tt.name+".json"), got, *update)
 		})
 	}
 }

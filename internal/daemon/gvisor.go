@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/corralrun/corral/internal/doctor"
+	"github.com/corralrun/corral/internal/driver/gvisor"
+	"github.com/corralrun/corral/internal/storage/btrfs"
+)
+
+// knownRuntimes are the names Config.Runtimes may hold.
+var knownRuntimes = []string{"runc", "gvisor"}
+
+// checkRuntimes refuses unknown runtime names and a default runtime that
+// is not among the ones asked for.
+func (c *Config) checkRuntimes() error {
+	for _, r := range c.Runtimes {
+		if !slices.Contains(knownRuntimes, r) {
+			return fmt.Errorf("unknown runtime %q (use %s)", r, strings.Join(knownRuntimes, ", "))
+		}
+	}
+	if len(c.Runtimes) > 0 && c.Runtime != "runc" && !slices.Contains(c.Runtimes, c.Runtime) {
+		return fmt.Errorf("default runtime %q is not in --runtimes %s", c.Runtime, strings.Join(c.Runtimes, ","))
+	}
+	return nil
+}
+
+// openGVisor starts the gVisor driver when Config.Runtimes names it, or,
+// when Runtimes is empty, when `corral doctor` finds gVisor usable here.
+func (d *Daemon) openGVisor(ctx context.Context) error {
+	cfg := d.cfg
+	if len(cfg.Runtimes) > 0 && !slices.Contains(cfg.Runtimes, "gvisor") {
+		return nil
+	}
+	if len(cfg.Runtimes) == 0 && cfg.Runtime != "gvisor" {
+		for _, rt := range doctor.Run(ctx, doctor.RealHost()).Runtimes {
+			if rt.Name == "gvisor" && !rt.Available {
+				d.log.Info("gvisor runtime not available (see corral doctor)", "needs", strings.Join(rt.Needs, ","))
+				return nil
+			}
+		}
+	}
+	gd, err := gvisor.New(gvisor.Config{
+		Root:         filepath.Join(cfg.StateDir, "gvisor"),
+		RunscPath:    cfg.RunscPath,
+		AgentPath:    cfg.AgentPath,
+		CgroupParent: cfg.CgroupParent,
+		Platform:     cfg.GVisorPlatform,
+		Reaper:       d.reaper,
+		OpenFiles:    cfg.OpenFiles,
+		// As for runc: the ioctls have no other use inside a sandbox.
+		DenyIoctls: btrfs.SubvolumeIoctls(),
+		Logger:     d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("starting gvisor driver: %w", err)
+	}
+	d.drivers = append(d.drivers, gd)
+	return nil
+}
+
+// runtimesFlag is a comma-separated list of runtimes.
+type runtimesFlag struct{ v *[]string }
+
+func (f runtimesFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strings.Join(*f.v, ",")
+}
+
+func (f runtimesFlag) Set(s string) error {
+	*f.v = nil
+	for _, r := range strings.Split(s, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			*f.v = append(*f.v, r)
+		}
+	}
+	return nil
+}
