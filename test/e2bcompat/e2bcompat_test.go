@@ -1,14 +1,23 @@
 package e2bcompat
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
 
 // TestSDK runs the scripts of testdata, each a use of the SDK as its
-// documentation shows it, against one daemon.
+// documentation shows it, against a daemon whose sandboxes run on runc,
+// then against one whose sandboxes run on gVisor: the E2B SDK has no say
+// in the runtime, the daemon's default decides.
 func TestSDK(t *testing.T) {
-	h := startHarness(t)
+	for _, runtime := range []string{"runc", "gvisor"} {
+		t.Run(runtime, func(t *testing.T) { testSDK(t, runtime) })
+	}
+}
+
+func testSDK(t *testing.T, runtime string) {
+	h := startHarness(t, runtime)
 	for _, script := range []string{"lifecycle", "commands", "files", "pty"} {
 		t.Run(script, func(t *testing.T) {
 			if out := h.node(t, script+".mjs"); !strings.Contains(out, "ok "+script) {
@@ -17,4 +26,15 @@ func TestSDK(t *testing.T) {
 		})
 	}
 	t.Run("binary", func(t *testing.T) { testBinary(t, h) })
+	// The scripts cannot tell the runtime; the daemon's log of each create
+	// can.
+	created := regexp.MustCompile(`msg="sandbox created" .*runtime=(\S+)`).FindAllStringSubmatch(h.logs.String(), -1)
+	if len(created) == 0 {
+		t.Fatal("the daemon logged no sandbox created")
+	}
+	for _, m := range created {
+		if m[1] != runtime {
+			t.Errorf("a sandbox was created on %s, want %s", m[1], runtime)
+		}
+	}
 }

@@ -1,7 +1,7 @@
 // Package e2bcompat checks that the official e2b SDK, installed from the
 // npm registry, runs against Corral's E2B facade: Node scripts written
-// only against the SDK's public API run against a live daemon (runc and
-// real storage) with nothing set but E2B_API_URL, E2B_SANDBOX_URL and
+// only against the SDK's public API run against a live daemon (runc or
+// gVisor, and real storage) with nothing set but E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY. A Go test speaks the binary protobuf encoding with the
 // message descriptors shipped inside the same SDK package.
 package e2bcompat
@@ -69,10 +69,10 @@ func randHex(n int) string {
 // busybox template "base" (E2B's default template name), installs the
 // SDK, and registers a cleanup that deletes every sandbox, stops the
 // daemon and checks that nothing leaked.
-func startHarness(t *testing.T) *harness {
+func startHarness(t *testing.T, runtime string) *harness {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	testutil.RequiresBinary(t, "runc")
+	testutil.RequiresBinary(t, runtimeBinary[runtime])
 	testutil.RequiresBinary(t, "busybox")
 	testutil.RequiresBinary(t, "node")
 	testutil.RequiresBinary(t, "npm")
@@ -101,7 +101,7 @@ func startHarness(t *testing.T) *harness {
 	socket := filepath.Join(base, "corral.sock")
 	h.cmd = exec.Command(corralBin, "server", "--state-dir", filepath.Join(base, "state"), "--socket", socket,
 		"--storage", "overlay", "--cgroup-parent", h.cgroup, "--log-level", "debug",
-		"--api-key", h.apiKey, "--e2b-listen", addr)
+		"--api-key", h.apiKey, "--e2b-listen", addr, "--runtime", runtime)
 	// The daemon's sandbox networks: its own subnet, interfaces and table.
 	h.cmd.Args = append(h.cmd.Args, testutil.NewDaemonNetwork(t).Args(nil)...)
 	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
@@ -131,6 +131,9 @@ func startHarness(t *testing.T) *harness {
 	}
 	return h
 }
+
+// runtimeBinary is the program each runtime needs on the PATH.
+var runtimeBinary = map[string]string{"runc": "runc", "gvisor": "runsc"}
 
 // installSDK installs the e2b package once per version into a cache under
 // the temporary directory and returns the directory holding node_modules.
