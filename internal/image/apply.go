@@ -86,6 +86,8 @@ func (a *applier) entry(ctx context.Context, hdr *tar.Header, tr *tar.Reader) er
 		return a.w.Classify(a.whiteout(dir, base), name)
 	}
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		// A PAX global header holds records for later entries (which
+		// archive/tar does not apply); it is no file of its own.
 		return nil
 	}
 	wrote, err := a.w.Entry(ctx, hdr, tr)
