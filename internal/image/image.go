@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/untar"
 )
 
 // Image is an image whose manifest, config and layers are all in a Cache.
@@ -172,7 +173,7 @@ func (c *Cache) applyBlob(ctx context.Context, root *os.Root, l v1.Descriptor, b
 	if err == nil {
 		// Read the layer to its end: the gzip checksum comes last.
 		if _, err = io.CopyBuffer(io.Discard, rc, buf); err != nil {
-			err = fmt.Errorf("reading the end of the layer: %w", streamError(err))
+			err = fmt.Errorf("reading the end of the layer: %w", untar.StreamError(err))
 		}
 	}
 	if err != nil && ctx.Err() != nil {

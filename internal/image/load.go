@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/untar"
 )
 
 // LoadOptions tune Load.
@@ -139,7 +140,7 @@ func (c *Cache) decompressed(ctx context.Context, p string) (plain string, clean
 	}
 	if err != nil {
 		cleanup()
-		return "", nil, fmt.Errorf("decompressing: %w", streamError(err))
+		return "", nil, fmt.Errorf("decompressing: %w", untar.StreamError(err))
 	}
 	return tmp.Name(), cleanup, nil
 }
@@ -168,7 +169,7 @@ func archiveKind(open tarball.Opener) (string, error) {
 			return kind, nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("reading archive: %w", streamError(err))
+			return "", fmt.Errorf("reading archive: %w", untar.StreamError(err))
 		}
 		switch path.Clean(strings.TrimLeft(hdr.Name, "/")) {
 		case "index.json":
@@ -224,7 +225,7 @@ func (c *Cache) loadOCIArchive(ctx context.Context, ref string, open tarball.Ope
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading archive: %w", streamError(err))
+			return nil, fmt.Errorf("reading archive: %w", untar.StreamError(err))
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue

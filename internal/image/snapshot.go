@@ -257,6 +257,14 @@ type copyOptions struct {
 
 type inode struct{ dev, ino uint64 }
 
+// dirMeta is a directory's metadata, applied once its contents are in
+// place so that read-only directories can still be filled.
+type dirMeta struct {
+	name         string
+	mode         fs.FileMode
+	atime, mtime time.Time
+}
+
 // copyPath copies the file, symlink or directory tree at src in sroot to
 // dst in droot. A directory merges into a directory already at dst (whose
 // own metadata then stays); anything else at dst is replaced. A symlink at
