@@ -10,6 +10,7 @@ package wire
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -162,6 +163,11 @@ type Health struct {
 func WriteError(w http.ResponseWriter, err error) {
 	code := errdefs.Code(err)
 	w.Header().Set("Content-Type", "application/json")
+	if d := errdefs.RetryAfter(err); d > 0 {
+		// "Retry-After: delay-seconds", a non-negative decimal integer
+		// (RFC 9110, 10.2.3): round up, so a client never retries early.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+	}
 	w.WriteHeader(HTTPStatus(code))
 	_ = json.NewEncoder(w).Encode(ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}})
 }
@@ -179,6 +185,8 @@ func HTTPStatus(code string) int {
 		return http.StatusConflict
 	case errdefs.CodeResourceExhausted:
 		return http.StatusTooManyRequests
+	case errdefs.CodeBusy:
+		return http.StatusServiceUnavailable
 	case errdefs.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case errdefs.CodeUnauthenticated:
