@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -68,6 +70,13 @@ func WithPrincipal(ctx context.Context, principal string) context.Context {
 	return context.WithValue(ctx, principalKey{}, principal)
 }
 
+// APIKeyPrincipal names the principal of an API key without holding the
+// key itself: a short digest, safe to log.
+func APIKeyPrincipal(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "key:" + hex.EncodeToString(sum[:6])
+}
+
 func principalOf(ctx context.Context) string {
 	p, _ := ctx.Value(principalKey{}).(string)
 	return p
@@ -107,6 +116,9 @@ func newAdmitter(cfg Admission) (*admitter, error) {
 	if cfg.MaxSandboxes < 0 || cfg.MaxPerPrincipal < 0 || cfg.QueueLength < 0 || cfg.MaxWait < 0 ||
 		cfg.MemoryCommitRatio < 0 || cfg.CPUCommitRatio < 0 {
 		return nil, errors.New("admission limits must not be negative")
+	}
+	if (cfg.QueueLength > 0) != (cfg.MaxWait > 0) {
+		return nil, errors.New("an admission queue needs both a length and a maximum wait")
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second

@@ -61,14 +61,6 @@ func TestAdmissionLimits(t *testing.T) {
 			reason: RefusedPrincipal,
 			then:   &Spec{Metadata: map[string]string{"principal": "b"}},
 		},
-		{
-			name:   "no queue",
-			adm:    Admission{MaxSandboxes: 1, QueueLength: 0, MaxWait: time.Minute},
-			first:  []Spec{{}},
-			refuse: Spec{},
-			kind:   errdefs.ErrBusy,
-			reason: RefusedSandboxes,
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
