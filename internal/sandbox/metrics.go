@@ -75,6 +75,9 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		emit(float64(mem), "memory_bytes")
 		emit(float64(cpu), "millicpus")
 	})
+	r.GaugeFunc("corral_event_subscribers", "Open lifecycle event streams.", nil, func(_ context.Context, emit metrics.Emit) {
+		emit(float64(m.bus.Subscribers()))
+	})
 	r.GaugeFunc("corral_sandbox_memory_bytes", "Memory used by each running or paused sandbox.", []string{"sandbox_id", "runtime"}, func(ctx context.Context, emit metrics.Emit) {
 		for _, u := range m.usage.read(ctx, m) {
 			emit(float64(u.stats.MemoryBytes), u.id, u.runtime)
@@ -90,36 +93,46 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 	return met
 }
 
-// usageCache holds the per-sandbox usage of the last scrape for statsTTL.
+// usageCache holds each sandbox's usage as last read, for statsTTL.
 type usageCache struct {
-	mu   sync.Mutex
-	at   time.Time
-	last []sandboxUsage
+	mu      sync.Mutex
+	entries map[string]sandboxUsage
 }
 
 type sandboxUsage struct {
 	id, runtime string
 	stats       driver.Stats
+	at          time.Time
 }
 
-// read returns every running or paused sandbox's usage, from the cache
-// when it is fresh. Drivers are asked a few at a time under ctx, which
-// bounds the scrape; sandboxes whose stats are not read in time, or
-// fail, are left out.
+// read returns every running or paused sandbox's usage, read again from
+// its driver when the cached value is older than statsTTL. Drivers are
+// asked a few at a time under ctx, which bounds the scrape; sandboxes
+// whose stats are not read in time, or fail, are left out.
 func (c *usageCache) read(ctx context.Context, m *Manager) []sandboxUsage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.at) < statsTTL {
-		return c.last
-	}
-	var todo []sandboxUsage
+	now := time.Now()
+	var fresh, todo []sandboxUsage
+	live := map[string]bool{}
 	m.mu.RLock()
 	for _, e := range m.sandboxes {
-		if e.sb.State == StateRunning || e.sb.State == StatePaused {
+		if e.sb.State != StateRunning && e.sb.State != StatePaused {
+			continue
+		}
+		live[e.sb.ID] = true
+		if u, ok := c.entries[e.sb.ID]; ok && now.Sub(u.at) < statsTTL {
+			fresh = append(fresh, u)
+		} else {
 			todo = append(todo, sandboxUsage{id: e.sb.ID, runtime: e.sb.Runtime})
 		}
 	}
 	m.mu.RUnlock()
+	for id := range c.entries {
+		if !live[id] {
+			delete(c.entries, id)
+		}
+	}
 	ok := make([]bool, len(todo))
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
@@ -133,18 +146,19 @@ func (c *usageCache) read(ctx context.Context, m *Manager) []sandboxUsage {
 			defer func() { <-sem }()
 			st, err := m.drivers[todo[i].runtime].Stats(ctx, todo[i].id)
 			if err == nil {
-				todo[i].stats, ok[i] = st, true
+				todo[i].stats, todo[i].at, ok[i] = st, time.Now(), true
 			}
 		})
 	}
 	wg.Wait()
-	var last []sandboxUsage // a new slice: earlier callers may still read the old one
+	if c.entries == nil {
+		c.entries = map[string]sandboxUsage{}
+	}
 	for i, u := range todo {
 		if ok[i] {
-			last = append(last, u)
+			c.entries[u.id] = u
+			fresh = append(fresh, u)
 		}
 	}
-	c.last = last
-	c.at = time.Now()
-	return c.last
+	return fresh
 }
