@@ -327,6 +327,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	if d.images != nil {
 		_ = d.images.Close() // cancels builds, whose streams then end
 	}
+	if d.manager != nil {
+		d.manager.Events().Close() // event streams end, so Shutdown need not wait for them
+	}
 	for _, s := range d.servers {
 		_ = s.Shutdown(ctx)
 	}

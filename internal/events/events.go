@@ -80,8 +80,9 @@ type Bus struct {
 	buffer int
 	now    func() time.Time
 
-	mu   sync.Mutex
-	subs map[*Subscription]struct{}
+	mu     sync.Mutex
+	subs   map[*Subscription]struct{}
+	closed bool
 }
 
 // NewBus returns a bus whose subscribers may fall buffer events behind
@@ -123,9 +124,27 @@ func (b *Bus) Subscribe(f Filter) *Subscription {
 	// One slot more than the buffer, kept for the final error event.
 	s := &Subscription{ch: make(chan Event, b.buffer+1), filter: f, bus: b}
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		close(s.ch)
+		return s
+	}
 	b.subs[s] = struct{}{}
-	b.mu.Unlock()
 	return s
+}
+
+// Close ends every subscription (their channels close without an error
+// event) and makes later ones end at once, so that streams do not hold up
+// a server's shutdown. Publishing after Close is allowed and reaches
+// nobody.
+func (b *Bus) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for s := range b.subs {
+		delete(b.subs, s)
+		close(s.ch)
+	}
 }
 
 // Subscribers returns how many subscriptions are open.

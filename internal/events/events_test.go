@@ -102,3 +102,20 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 		t.Errorf("the reading subscriber got %d events, want 100", fastGot)
 	}
 }
+
+func TestCloseEndsSubscriptions(t *testing.T) {
+	b := NewBus(4)
+	before := b.Subscribe(Filter{})
+	b.Close()
+	b.Publish(Event{Type: Created, SandboxID: "a"})
+	after := b.Subscribe(Filter{})
+	for _, s := range []*Subscription{before, after} {
+		if ev, ok := <-s.C(); ok {
+			t.Errorf("got %+v after Close, want a closed channel", ev)
+		}
+		s.Close()
+	}
+	if n := b.Subscribers(); n != 0 {
+		t.Errorf("%d subscribers after Close", n)
+	}
+}

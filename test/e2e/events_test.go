@@ -145,4 +145,16 @@ func TestEventsAndMetrics(t *testing.T) {
 	if diff := cmp.Diff([]string{"timeout", "deleted"}, got); diff != "" {
 		t.Errorf("events of an expiring sandbox (-want +got):\n%s", diff)
 	}
+
+	// Stopping the daemon ends open streams cleanly instead of waiting for
+	// them.
+	end, err := tcp.Events(ctx, corral.EventOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end.Close()
+	d.stop()
+	if _, err := end.Next(); err != io.EOF {
+		t.Errorf("stream after the daemon stopped: %v, want io.EOF", err)
+	}
 }
