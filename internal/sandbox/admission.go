@@ -191,13 +191,11 @@ func (a *admitter) reserve(ctx context.Context, id string, c claim) error {
 		a.mu.Unlock()
 		return nil
 	}
-	if reason == "" {
-		reason = RefusedQueueFull // capacity is promised to the waiters ahead
-	}
-	if a.cfg.QueueLength == 0 || a.cfg.MaxWait == 0 || len(a.queue) >= a.cfg.QueueLength {
+	// newAdmitter checked that a queue has both a length and a wait.
+	if queueing := a.cfg.QueueLength > 0; !queueing || len(a.queue) >= a.cfg.QueueLength {
 		a.dropKey(c.principal)
 		a.mu.Unlock()
-		if a.cfg.QueueLength > 0 && a.cfg.MaxWait > 0 {
+		if queueing {
 			reason = RefusedQueueFull
 		}
 		return a.busy(reason)
@@ -286,6 +284,39 @@ func (a *admitter) hold(id string, mem, cpu int64) {
 	if _, ok := a.held[id]; !ok {
 		a.take(id, claim{principal: restored, mem: mem, cpu: cpu})
 	}
+}
+
+// resize changes sandbox id's claim to mem and cpu (a live limit change),
+// refusing growth beyond host capacity with errdefs.ErrBusy. undo restores
+// the old claim, for when the change then fails.
+func (a *admitter) resize(id string, mem, cpu int64) (undo func(), err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old, ok := a.held[id]
+	if !ok {
+		return func() {}, nil
+	}
+	switch {
+	case a.memCap > 0 && mem > old.mem && a.mem-old.mem+mem > a.memCap:
+		return nil, a.busy(RefusedMemory)
+	case a.cpuCap > 0 && cpu > old.cpu && a.cpu-old.cpu+cpu > a.cpuCap:
+		return nil, a.busy(RefusedCPU)
+	}
+	set := func(c claim) {
+		cur := a.held[id]
+		a.mem += c.mem - cur.mem
+		a.cpu += c.cpu - cur.cpu
+		a.held[id] = c
+		a.dispatch() // a shrink may let waiters in
+	}
+	set(claim{old.principal, mem, cpu})
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if _, ok := a.held[id]; ok {
+			set(old)
+		}
+	}, nil
 }
 
 // release gives back sandbox id's claim, if it holds one, and admits

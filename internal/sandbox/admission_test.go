@@ -278,3 +278,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// A live limit change counts against host capacity like a create.
+func TestAdmissionResize(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Admission = Admission{MemoryCommitRatio: 1, HostMemoryBytes: 1 << 30, CPUCommitRatio: 1, HostMilliCPUs: 2000}
+	})
+	ctx := t.Context()
+	a, err := h.m.Create(ctx, Spec{Template: "tiny", MemoryBytes: 512 << 20, MilliCPUs: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Create(ctx, Spec{Template: "tiny", MemoryBytes: 256 << 20, MilliCPUs: 500}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		l    Limits
+		kind error
+		mem  int64 // committed afterwards
+	}{
+		{"memory over", Limits{MemoryBytes: 800 << 20}, errdefs.ErrBusy, 768 << 20},
+		{"cpu over", Limits{MilliCPUs: 1600}, errdefs.ErrBusy, 768 << 20},
+		{"grow within", Limits{MemoryBytes: 768 << 20}, nil, 1 << 30},
+		{"shrink", Limits{MemoryBytes: 128 << 20}, nil, 384 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := h.m.UpdateResources(ctx, a.ID, tt.l)
+			if !errors.Is(err, tt.kind) {
+				t.Fatalf("UpdateResources: %v, want %v", err, tt.kind)
+			}
+			if _, mem, _, _ := h.m.adm.usage(); mem != tt.mem {
+				t.Errorf("committed memory %d MiB, want %d MiB", mem>>20, tt.mem>>20)
+			}
+		})
+	}
+}
