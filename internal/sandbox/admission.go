@@ -272,17 +272,14 @@ func (a *admitter) dropKey(p string) {
 	}
 }
 
-// restored is the principal of sandboxes found at start: owners are not
-// recorded, so they count against host capacity only.
-const restored = "\x00restored"
-
-// hold records a claim of a sandbox that exists already (reconcile after
-// a restart) without checking it.
-func (a *admitter) hold(id string, mem, cpu int64) {
+// hold records the claim of a sandbox that exists already (found at
+// start) without checking it.
+func (a *admitter) hold(id string, c claim) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.held[id]; !ok {
-		a.take(id, claim{principal: restored, mem: mem, cpu: cpu})
+		a.take(id, c)
+		a.perKey[c.principal]++
 	}
 }
 
@@ -336,9 +333,7 @@ func (a *admitter) releaseLocked(id string) {
 	a.count--
 	a.mem -= c.mem
 	a.cpu -= c.cpu
-	if c.principal != restored {
-		a.dropKey(c.principal)
-	}
+	a.dropKey(c.principal)
 	a.dispatch()
 }
 

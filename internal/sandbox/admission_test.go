@@ -315,3 +315,24 @@ func TestAdmissionResize(t *testing.T) {
 		})
 	}
 }
+
+// Sandboxes found at start count against their owner's limit and the
+// host's capacity as before the restart.
+func TestAdmissionSurvivesRestart(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Admission = Admission{MaxPerPrincipal: 1, MaxSandboxes: 2} })
+	ctx := WithPrincipal(t.Context(), "a")
+	if _, err := h.m.Create(ctx, Spec{Template: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	h.m.Close()
+	h.start(t)
+	if _, err := h.m.Create(ctx, Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("second create of the same owner after a restart: %v, want resource exhausted", err)
+	}
+	if _, err := h.m.Create(WithPrincipal(t.Context(), "b"), Spec{Template: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Create(WithPrincipal(t.Context(), "c"), Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrBusy) {
+		t.Fatalf("third sandbox after a restart: %v, want busy", err)
+	}
+}

@@ -196,7 +196,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	for _, sb := range m.List(Filter{}) {
-		m.adm.hold(sb.ID, sb.MemoryBytes, sb.MilliCPUs)
+		m.adm.hold(sb.ID, claim{sb.Owner, sb.MemoryBytes, sb.MilliCPUs})
 	}
 	m.wg.Add(1)
 	go m.reapLoop()
@@ -246,7 +246,8 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	// Admission before anything is acquired; forget gives the claim back.
-	if err := m.adm.reserve(ctx, sb.ID, claim{principalOf(ctx), sb.MemoryBytes, sb.MilliCPUs}); err != nil {
+	sb.Owner = principalOf(ctx)
+	if err := m.adm.reserve(ctx, sb.ID, claim{sb.Owner, sb.MemoryBytes, sb.MilliCPUs}); err != nil {
 		return Sandbox{}, err
 	}
 	e := &entry{sb: sb}
