@@ -181,7 +181,7 @@ func (a *admitter) reserve(ctx context.Context, id string, c claim) error {
 		a.mu.Unlock()
 		a.onRefuse(RefusedPrincipal)
 		return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrResourceExhausted,
-			"too many sandboxes for this API key: at most %d may exist or be in creation at once", n), a.cfg.RetryAfter)
+			"too many sandboxes for this caller (API key, or the unix socket): at most %d may exist or be in creation at once", n), a.cfg.RetryAfter)
 	}
 	a.perKey[c.principal]++
 	// Strict FIFO: a create does not overtake the ones already waiting.
