@@ -76,7 +76,12 @@ func TestAdmissionUnderLoad(t *testing.T) {
 	if out, _ := d.execOut(t, created[len(created)-1], "echo ok"); out != "ok\n" {
 		t.Errorf("exec in the last sandbox: %q", out)
 	}
+	scrapeStart := time.Now()
 	s := scrape(t, d.client)
+	t.Logf("first /metrics scrape with %d sandboxes (usage read from runc): %v", capacity, time.Since(scrapeStart).Round(time.Microsecond))
+	if n := len(s.Find("corral_sandbox_memory_bytes")); n != capacity {
+		t.Errorf("memory samples of %d sandboxes, want %d", n, capacity)
+	}
 	wantMetrics(t, s, []metricCheck{
 		{"corral_admission_refusals_total", []string{"reason", "max_sandboxes"}, tries - capacity},
 		{"corral_admission_committed", []string{"resource", "sandboxes"}, capacity},
