@@ -25,7 +25,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultHost is where the daemon listens unless told otherwise.
@@ -87,6 +89,11 @@ type Error struct {
 	Status  int    // HTTP status
 	Code    string // machine-readable code, e.g. "not_found"
 	Message string
+	// RetryAfter is when the same request may succeed, from the
+	// Retry-After header: set on admission refusals (CodeBusy, 503: the
+	// server is at capacity; CodeResourceExhausted, 429: the API key's
+	// limit), 0 otherwise.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message + " (" + e.Code + ")" }
@@ -98,6 +105,7 @@ const (
 	CodeAlreadyExists      = "already_exists"
 	CodeFailedPrecondition = "failed_precondition"
 	CodeResourceExhausted  = "resource_exhausted"
+	CodeBusy               = "busy"
 	CodeUnavailable        = "unavailable"
 	CodeUnauthenticated    = "unauthenticated"
 	CodePermissionDenied   = "permission_denied"
@@ -130,9 +138,30 @@ func decodeError(resp *http.Response) error {
 		if msg == "" {
 			msg = resp.Status
 		}
-		return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: msg}
+		return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: msg, RetryAfter: retryAfter(resp)}
 	}
-	return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+	return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, RetryAfter: retryAfter(resp)}
+}
+
+// retryAfter reads a Retry-After header in seconds (the daemon does not
+// send the HTTP-date form).
+func retryAfter(resp *http.Response) time.Duration {
+	n, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// RetryAfter returns how long to wait before repeating a request the
+// daemon refused for capacity or a limit, and whether err is such a
+// refusal.
+func RetryAfter(err error) (time.Duration, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter, true
+	}
+	return 0, false
 }
 
 // codeForStatus names the error of a response that carried no error body

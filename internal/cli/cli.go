@@ -81,6 +81,7 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"cp":       c.cp,
 		"bench":    c.bench,
 		"doctor":   c.doctor,
+		"events":   c.events,
 	}
 	h, ok := handlers[cmd]
 	if !ok {
@@ -108,6 +109,8 @@ Sandboxes:
   network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...
                                show a sandbox's network policy, or replace it live
   rm ID...                     destroy sandboxes
+  events [--sandbox ID] [--type T]... [--json]
+                               follow lifecycle events (created, running, deleted, ...)
 
 Processes:
   ps ID                        list processes (running, and exited ones kept)

@@ -23,6 +23,7 @@ import (
 	"github.com/corralrun/corral/internal/e2b"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/images"
+	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/network"
 	"github.com/corralrun/corral/internal/reaper"
 	"github.com/corralrun/corral/internal/sandbox"
@@ -102,8 +103,11 @@ type Config struct {
 	// default cap (0: 64 MiB, negative: none) and the most a request may
 	// ask for (0: no maximum).
 	ExecOutput, MaxExecOutput int64
-	Version                   string
-	Logger                    *slog.Logger
+	// Admission bounds the sandboxes the daemon accepts: host capacity,
+	// per API key limits and a wait queue (sandbox.Admission; zero: none).
+	Admission sandbox.Admission
+	Version   string
+	Logger    *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -243,6 +247,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.openNetwork(); err != nil {
 		return nil, err
 	}
+	reg := metrics.NewRegistry()
 	d.manager, err = sandbox.New(sandbox.Config{
 		Store:          d.store,
 		Storage:        d.storage,
@@ -257,6 +262,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Network:        d.network,
 		NetworkDir:     filepath.Join(cfg.StateDir, "netfiles"),
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
+		Admission:      cfg.Admission,
+		Metrics:        reg,
 		Logger:         d.log,
 	})
 	if err != nil {
@@ -269,7 +276,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.openImages(); err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: cfg.Version, Storage: d.storage.Name(), Logger: d.log})
+	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: cfg.Version, Storage: d.storage.Name(), Metrics: reg, Logger: d.log})
 	if err := d.serveUnix(srv.Handler()); err != nil {
 		return nil, err
 	}
@@ -319,6 +326,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	}
 	if d.images != nil {
 		_ = d.images.Close() // cancels builds, whose streams then end
+	}
+	if d.manager != nil {
+		d.manager.Events().Close() // event streams end, so Shutdown need not wait for them
 	}
 	for _, s := range d.servers {
 		_ = s.Shutdown(ctx)

@@ -57,6 +57,12 @@ func Main(args []string, version string) int {
 	fs.Var(upstreamsFlag{&cfg.DNSUpstreams}, "dns-upstream", "DNS server for sandboxes' allowed lookups, ADDRESS[:PORT] (repeatable; default: the nameservers of /etc/resolv.conf)")
 	fs.StringVar(&cfg.NetworkPrefix, "network-prefix", DefaultNetworkPrefix, "name prefix of sandboxes' host-side interfaces (unique per daemon on a host)")
 	fs.StringVar(&cfg.NetworkTable, "nft-table", DefaultNetworkTable, "nftables table (inet) of sandbox rules (unique per daemon on a host)")
+	fs.IntVar(&cfg.Admission.MaxSandboxes, "max-sandboxes", 0, "most sandboxes that may exist or be in creation at once; more creates answer 503 busy (0: no limit)")
+	fs.Float64Var(&cfg.Admission.MemoryCommitRatio, "memory-commit-ratio", 0, "refuse creates (503 busy) once sandboxes' memory limits add up to the host's memory times this ratio (0: no limit)")
+	fs.Float64Var(&cfg.Admission.CPUCommitRatio, "cpu-commit-ratio", 0, "refuse creates (503 busy) once sandboxes' CPU limits add up to the host's CPUs times this ratio (0: no limit)")
+	fs.IntVar(&cfg.Admission.MaxPerPrincipal, "max-per-key", 0, "most sandboxes one API key (or the unix socket) may have or be creating at once; more answer 429 (0: no limit)")
+	fs.IntVar(&cfg.Admission.QueueLength, "admission-queue", 0, "creates that may wait for capacity instead of failing at once (needs --admission-wait)")
+	fs.DurationVar(&cfg.Admission.MaxWait, "admission-wait", 0, "longest a create waits in the admission queue before 503 busy")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2

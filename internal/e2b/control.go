@@ -243,7 +243,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		d := seconds(*req.Timeout)
 		spec.Timeout = &d
 	}
-	sb, err := s.m.Create(r.Context(), spec)
+	sb, err := s.m.Create(sandbox.WithPrincipal(r.Context(), sandbox.APIKeyPrincipal(s.cfg.APIKey)), spec)
 	if err != nil {
 		writeAPIError(w, err)
 		return

@@ -253,6 +253,7 @@ func writeAPIError(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 	}
+	wire.SetRetryAfter(w, err)
 	writeJSON(w, status, apiError{Code: status, Message: err.Error()})
 }
 

@@ -7,6 +7,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The error kinds. Wrap them with fmt.Errorf("...: %w", ErrNotFound) or use
@@ -17,11 +18,15 @@ var (
 	ErrAlreadyExists      = errors.New("already exists")
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrUnavailable        = errors.New("unavailable")
-	ErrUnauthenticated    = errors.New("unauthenticated")
-	ErrPermissionDenied   = errors.New("permission denied")
-	ErrNotImplemented     = errors.New("not implemented")
-	ErrInternal           = errors.New("internal")
+	// ErrBusy means the server as a whole is at capacity (as opposed to
+	// ErrResourceExhausted, a limit of the caller's own): the same request
+	// may succeed later.
+	ErrBusy             = errors.New("busy")
+	ErrUnavailable      = errors.New("unavailable")
+	ErrUnauthenticated  = errors.New("unauthenticated")
+	ErrPermissionDenied = errors.New("permission denied")
+	ErrNotImplemented   = errors.New("not implemented")
+	ErrInternal         = errors.New("internal")
 )
 
 // Codes are the machine-readable names of the kinds, as they appear in API
@@ -32,6 +37,7 @@ const (
 	CodeAlreadyExists      = "already_exists"
 	CodeFailedPrecondition = "failed_precondition"
 	CodeResourceExhausted  = "resource_exhausted"
+	CodeBusy               = "busy"
 	CodeUnavailable        = "unavailable"
 	CodeUnauthenticated    = "unauthenticated"
 	CodePermissionDenied   = "permission_denied"
@@ -48,6 +54,7 @@ var kinds = []struct {
 	{ErrAlreadyExists, CodeAlreadyExists},
 	{ErrFailedPrecondition, CodeFailedPrecondition},
 	{ErrResourceExhausted, CodeResourceExhausted},
+	{ErrBusy, CodeBusy},
 	{ErrUnavailable, CodeUnavailable},
 	{ErrUnauthenticated, CodeUnauthenticated},
 	{ErrPermissionDenied, CodePermissionDenied},
@@ -90,3 +97,26 @@ func (e *codedError) Unwrap() error { return e.kind }
 func Errorf(kind error, format string, args ...any) error {
 	return &codedError{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
+
+// WithRetryAfter marks err with a hint of when the same request may
+// succeed; the API sends it as a Retry-After header. err keeps its kind.
+func WithRetryAfter(err error, d time.Duration) error {
+	return &retryError{err: err, after: d}
+}
+
+// RetryAfter returns the hint WithRetryAfter attached to err, or 0.
+func RetryAfter(err error) time.Duration {
+	var r *retryError
+	if errors.As(err, &r) {
+		return r.after
+	}
+	return 0
+}
+
+type retryError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestCodeRoundTrip(t *testing.T) {
@@ -33,5 +34,18 @@ func TestUnknownIsInternal(t *testing.T) {
 	}
 	if !errors.Is(Errorf(ErrNotFound, "sandbox %s", "a"), ErrNotFound) {
 		t.Fatal("Errorf lost its kind")
+	}
+}
+
+func TestRetryAfterKeepsKind(t *testing.T) {
+	err := fmt.Errorf("creating: %w", WithRetryAfter(Errorf(ErrBusy, "full"), 2*time.Second))
+	if !errors.Is(err, ErrBusy) || Code(err) != CodeBusy {
+		t.Fatalf("kind lost: %v (%s)", err, Code(err))
+	}
+	if got := RetryAfter(err); got != 2*time.Second {
+		t.Fatalf("RetryAfter = %v", got)
+	}
+	if got := RetryAfter(Errorf(ErrBusy, "x")); got != 0 {
+		t.Fatalf("RetryAfter without hint = %v", got)
 	}
 }

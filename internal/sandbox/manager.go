@@ -18,6 +18,8 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/events"
+	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -75,6 +77,13 @@ type Config struct {
 	// DefaultNetwork is the network mode of a sandbox whose spec names
 	// neither a mode nor rules (default none).
 	DefaultNetwork egress.Mode
+	// Admission bounds the sandboxes the Manager accepts (admission.go).
+	Admission Admission
+	// Metrics is where the Manager registers its metric families (a
+	// private registry when nil) and Events where it publishes lifecycle
+	// events (a new bus when nil).
+	Metrics *metrics.Registry
+	Events  *events.Bus
 }
 
 // Manager creates, tracks, times out and destroys sandboxes. It is safe for
@@ -97,6 +106,11 @@ type Manager struct {
 	bgMu     sync.Mutex
 	bgClosed bool
 	bg       sync.WaitGroup
+
+	adm   *admitter
+	bus   *events.Bus
+	met   *Metrics
+	usage usageCache
 }
 
 // entry is the Manager's live view of one sandbox. op serializes lifecycle
@@ -159,6 +173,17 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Network == nil && m.cfg.DefaultNetwork != egress.ModeNone {
 		return nil, fmt.Errorf("default network mode %s needs network support", m.cfg.DefaultNetwork)
 	}
+	var err error
+	if m.adm, err = newAdmitter(cfg.Admission); err != nil {
+		return nil, err
+	}
+	if m.bus = cfg.Events; m.bus == nil {
+		m.bus = events.NewBus(0)
+	}
+	if m.cfg.Metrics == nil {
+		m.cfg.Metrics = metrics.NewRegistry()
+	}
+	m.met = m.registerMetrics(m.cfg.Metrics)
 	return m, nil
 }
 
@@ -169,6 +194,9 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return err
+	}
+	for _, sb := range m.List(Filter{}) {
+		m.adm.hold(sb.ID, claim{sb.Owner, sb.MemoryBytes, sb.MilliCPUs})
 	}
 	m.wg.Add(1)
 	go m.reapLoop()
@@ -217,14 +245,21 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
+	// Admission before anything is acquired; forget gives the claim back.
+	sb.Owner = principalOf(ctx)
+	if err := m.adm.reserve(ctx, sb.ID, claim{sb.Owner, sb.MemoryBytes, sb.MilliCPUs}); err != nil {
+		return Sandbox{}, err
+	}
 	e := &entry{sb: sb}
 	e.op.Lock()
 	defer e.op.Unlock()
 
 	// Record first: a crash from here on is found and cleaned by reconcile.
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		m.adm.release(sb.ID)
 		return Sandbox{}, fmt.Errorf("recording sandbox %s: %w", sb.ID, err)
 	}
+	m.emit(events.Created, sb, nil)
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = e
 	m.mu.Unlock()
@@ -237,6 +272,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			undo[i](cctx)
 		}
 		m.forget(cctx, sb.ID)
+		m.emit(events.Deleted, sb, err)
 		return Sandbox{}, err
 	}
 
@@ -296,6 +332,8 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
 		return fail(fmt.Errorf("recording sandbox %s: %w", sb.ID, err))
 	}
+	m.met.CreateSeconds.Observe(time.Since(start).Seconds(), sb.Runtime)
+	m.emit(events.Running, sb, nil)
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
 		"duration_ms", time.Since(start).Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
 		"network_ms", networkDone.Sub(storageDone).Milliseconds(), "driver_ms", driverDone.Sub(networkDone).Milliseconds())
@@ -488,6 +526,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		e.agent.Close()
 	}
 	m.forget(ctx, id)
+	m.emit(events.Deleted, sb, nil)
 	if m.managedNetwork(sb) {
 		m.releaseNetworkLater(id)
 	}
@@ -514,6 +553,7 @@ func (m *Manager) forget(ctx context.Context, id string) {
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()
+	m.adm.release(id)
 	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil {
 		m.log.Error("forgetting sandbox", "sandbox_id", id, "err", err)
 	}
@@ -528,6 +568,7 @@ func (m *Manager) setError(ctx context.Context, e *entry, cause error) {
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
 		m.log.Error("recording sandbox error", "sandbox_id", sb.ID, "err", err)
 	}
+	m.emit(events.Error, sb, cause)
 }
 
 func (m *Manager) entry(id string) (*entry, error) {
@@ -602,8 +643,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	}
 
 	drv := m.drivers[runtime]
+	start, started := time.Now(), false
 	before, statsErr := drv.Stats(ctx, id)
 	err = client.Exec(ctx, req, func(ev wire.ExecEvent) error {
+		if !started && ev.Type == wire.EventStart {
+			started = true
+			m.met.ExecStartSeconds.Observe(time.Since(start).Seconds(), runtime)
+		}
 		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && statsErr == nil {
 			if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
 				ev.OOMKilled = true

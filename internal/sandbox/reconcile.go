@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/events"
 )
 
 // reconcile makes memory, the store and the host agree after a start:
@@ -168,6 +169,9 @@ func (m *Manager) reapExpired() {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			m.log.Info("sandbox deadline passed", "sandbox_id", id)
+			if sb, err := m.Get(id); err == nil {
+				m.emit(events.Timeout, sb, nil)
+			}
 			if err := m.Delete(context.Background(), id); err != nil {
 				m.log.Error("deleting expired sandbox", "sandbox_id", id, "err", err)
 			}

@@ -18,8 +18,10 @@ import (
 //
 // Lowering memory below what the sandbox uses makes the kernel reclaim
 // and, failing that, the runtime refuses the change or the kernel
-// OOM-kills processes inside; the sandbox keeps running either way. It
-// serializes with other lifecycle operations on the same sandbox.
+// OOM-kills processes inside; the sandbox keeps running either way. Growth
+// beyond the host capacity of admission control is refused with
+// errdefs.ErrBusy. It serializes with other lifecycle operations on the
+// same sandbox.
 func (m *Manager) UpdateResources(ctx context.Context, id string, l Limits) (Sandbox, error) {
 	e, err := m.entry(id)
 	if err != nil {
@@ -48,8 +50,13 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, l Limits) (San
 	if !ok {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot change the limits of a running sandbox", sb.Runtime)
 	}
+	undo, err := m.adm.resize(id, next.MemoryBytes, next.MilliCPUs)
+	if err != nil {
+		return Sandbox{}, err
+	}
 	r := driver.Resources{MilliCPUs: next.MilliCPUs, MemoryBytes: next.MemoryBytes, Pids: next.Pids}
 	if err := upd.Update(ctx, id, r); err != nil {
+		undo()
 		return Sandbox{}, fmt.Errorf("updating limits of sandbox %s: %w", id, err)
 	}
 

@@ -48,6 +48,10 @@ type Sandbox struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Error says why a sandbox is in StateError.
 	Error string `json:"error,omitempty"`
+	// Owner is the principal the sandbox was created for (WithPrincipal),
+	// so that per-principal limits hold across a restart. It names an API
+	// key by digest only.
+	Owner string `json:"owner,omitempty"`
 	// Network is the sandbox's current network policy, normalized. It
 	// holds the values of injected headers: show it through a redacting
 	// view only. Records of sandboxes made before networks have no Mode.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/events"
 	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/wire"
@@ -171,7 +172,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := parseOpenAPI(t)
 	types := map[string][]any{
 		"ErrorBody":            {wire.ErrorBody{}},
-		"ErrorDetail":          {wire.ErrorDetail{}, errorDetail{}},
+		"ErrorDetail":          {wire.ErrorDetail{}, errorDetail{}, events.ErrorDetail{}},
 		"VersionInfo":          {VersionInfo{}},
 		"RuntimeInfo":          {sandbox.RuntimeInfo{}},
 		"Capabilities":         {driver.Capabilities{}},
@@ -200,6 +201,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"WatchEvent":           {wire.WatchEvent{}},
 		"AttachControl":        {AttachControl{}},
 		"AttachEvent":          {AttachEvent{}},
+		"Event":                {events.Event{}},
 	}
 	// Health is written from a map literal, not a struct.
 	untyped := map[string]bool{"Health": true}
@@ -265,7 +267,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	doc := parseOpenAPI(t)
 	want := []string{
 		errdefs.CodeInvalidArgument, errdefs.CodeNotFound, errdefs.CodeAlreadyExists,
-		errdefs.CodeFailedPrecondition, errdefs.CodeResourceExhausted, errdefs.CodeUnavailable,
+		errdefs.CodeFailedPrecondition, errdefs.CodeResourceExhausted, errdefs.CodeBusy, errdefs.CodeUnavailable,
 		errdefs.CodeUnauthenticated, errdefs.CodePermissionDenied, errdefs.CodeNotImplemented,
 		errdefs.CodeInternal,
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/images"
+	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/template"
 	"github.com/corralrun/corral/internal/wire"
@@ -39,7 +40,10 @@ type Config struct {
 	// Images, when set, serves template pulls, image imports and
 	// Dockerfile builds (templates.go).
 	Images *images.Service
-	Logger *slog.Logger
+	// Metrics is served at /metrics (empty when nil); pass the registry
+	// the Manager registered on.
+	Metrics *metrics.Registry
+	Logger  *slog.Logger
 }
 
 // Server serves the /v1 API for one Manager.
@@ -48,6 +52,7 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	reg *metrics.Registry
 }
 
 // New returns a Server with every route registered.
@@ -55,6 +60,9 @@ func New(cfg Config) *Server {
 	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.reg = cfg.Metrics; s.reg == nil {
+		s.reg = metrics.NewRegistry()
 	}
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.pattern, r.handler)
@@ -113,21 +121,26 @@ func (s *Server) routes() []route {
 		{"POST /v1/templates/{name}/build", s.buildTemplate},
 		{"POST /v1/templates/{name}/pull", s.pullTemplate},
 		{"DELETE /v1/templates/{name}", s.deleteTemplate},
+		{"GET /v1/events", s.events},
+		{"GET /metrics", s.metrics},
 	}
 }
 
 // Handler returns the API handler without authentication (for the
-// root-only unix socket).
-func (s *Server) Handler() http.Handler { return s.mux }
+// root-only unix socket, whose callers share one principal for
+// per-principal limits).
+func (s *Server) Handler() http.Handler { return withPrincipal(unixPrincipal, s.mux) }
 
 // AuthHandler returns the API handler requiring apiKey as a bearer token or
-// an X-API-Key header (for TCP listeners). An empty key is refused: the
+// an X-API-Key header (for TCP listeners); the key is the principal of
+// per-principal limits. An empty key is refused: the
 // daemon must not expose an unauthenticated TCP API.
 func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 	if apiKey == "" {
 		return nil, errors.New("an API key is required to serve the API over TCP")
 	}
 	want := []byte(apiKey)
+	h := withPrincipal(sandbox.APIKeyPrincipal(apiKey), s.mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("X-API-Key")
 		if auth := r.Header.Get("Authorization"); got == "" && strings.HasPrefix(auth, "Bearer ") {
@@ -137,7 +150,7 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 			wire.WriteError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
 			return
 		}
-		s.mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	}), nil
 }
 

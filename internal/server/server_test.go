@@ -15,6 +15,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/fake"
+	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
 	"github.com/corralrun/corral/internal/store"
@@ -23,7 +24,8 @@ import (
 
 // newTestServer serves the API over a Manager with the fake driver, the
 // fake storage and a real SQLite store, and returns an SDK client for it.
-func newTestServer(t testing.TB, apiKey string) (*corral.Client, *httptest.Server) {
+// mods change the Manager's configuration.
+func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (*corral.Client, *httptest.Server) {
 	t.Helper()
 	sock, err := os.MkdirTemp("", "srv-")
 	if err != nil {
@@ -38,15 +40,19 @@ func newTestServer(t testing.TB, apiKey string) (*corral.Client, *httptest.Serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
-		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}})
+	cfg := sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
+		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, Metrics: metrics.NewRegistry()}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	m, err := sandbox.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Manager: m, Version: "test", Storage: "fake"})
+	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics})
 	h := s.Handler()
 	if apiKey != "" {
 		if h, err = s.AuthHandler(apiKey); err != nil {

@@ -10,6 +10,7 @@ package wire
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -162,8 +163,19 @@ type Health struct {
 func WriteError(w http.ResponseWriter, err error) {
 	code := errdefs.Code(err)
 	w.Header().Set("Content-Type", "application/json")
+	SetRetryAfter(w, err)
 	w.WriteHeader(HTTPStatus(code))
 	_ = json.NewEncoder(w).Encode(ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}})
+}
+
+// SetRetryAfter sets the Retry-After header from err's retry hint
+// (errdefs.WithRetryAfter), if it has one; call it before WriteHeader.
+func SetRetryAfter(w http.ResponseWriter, err error) {
+	if d := errdefs.RetryAfter(err); d > 0 {
+		// "Retry-After: delay-seconds", a non-negative decimal integer
+		// (RFC 9110, 10.2.3): round up, so a client never retries early.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+	}
 }
 
 // HTTPStatus maps an error code to its HTTP status.
@@ -179,6 +191,8 @@ func HTTPStatus(code string) int {
 		return http.StatusConflict
 	case errdefs.CodeResourceExhausted:
 		return http.StatusTooManyRequests
+	case errdefs.CodeBusy:
+		return http.StatusServiceUnavailable
 	case errdefs.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case errdefs.CodeUnauthenticated:

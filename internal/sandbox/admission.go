@@ -1,0 +1,360 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralrun/corral/internal/errdefs"
+)
+
+// Admission bounds what a Manager accepts, decided before a create
+// acquires anything. Zero fields mean no bound.
+//
+// Host capacity (MaxSandboxes and the commit ratios) is the server's: a
+// create over it fails with errdefs.ErrBusy (HTTP 503), or waits in a
+// bounded FIFO queue when QueueLength and MaxWait allow. The per-principal
+// limit is the caller's own: a create over it fails at once with
+// errdefs.ErrResourceExhausted (HTTP 429). Both carry a retry hint
+// (errdefs.RetryAfter).
+type Admission struct {
+	// MaxSandboxes bounds the sandboxes that exist or are being created.
+	MaxSandboxes int
+	// MemoryCommitRatio bounds the sum of sandboxes' memory limits to
+	// HostMemoryBytes times the ratio; CPUCommitRatio bounds the sum of
+	// their CPU limits to HostMilliCPUs times the ratio. Sandboxes without
+	// a limit count as zero.
+	MemoryCommitRatio float64
+	CPUCommitRatio    float64
+	// HostMemoryBytes and HostMilliCPUs are the host's size (default:
+	// MemTotal of /proc/meminfo and the CPUs this process may use).
+	HostMemoryBytes int64
+	HostMilliCPUs   int64
+	// MaxPerPrincipal bounds the sandboxes one principal (an API key, the
+	// unix socket; see WithPrincipal) has or is creating at a time.
+	MaxPerPrincipal int
+	// QueueLength is how many creates may wait for host capacity at once
+	// and MaxWait how long each may wait; without both a create over
+	// capacity fails at once.
+	QueueLength int
+	MaxWait     time.Duration
+	// RetryAfter is the hint sent with refusals (default 1s).
+	RetryAfter time.Duration
+}
+
+// The reasons of admission refusals, as counted in metrics.
+const (
+	RefusedSandboxes = "max_sandboxes"
+	RefusedMemory    = "memory"
+	RefusedCPU       = "cpu"
+	RefusedPrincipal = "per_principal"
+	RefusedQueueFull = "queue_full"
+	RefusedWait      = "wait_timeout"
+)
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx naming the principal a create is made for,
+// for per-principal limits. The server sets it per listener and key;
+// creates without one share the principal "".
+func WithPrincipal(ctx context.Context, principal string) context.Context {
+	return context.WithValue(ctx, principalKey{}, principal)
+}
+
+// APIKeyPrincipal names the principal of an API key without holding the
+// key itself: a short digest, safe to log.
+func APIKeyPrincipal(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "key:" + hex.EncodeToString(sum[:6])
+}
+
+func principalOf(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
+}
+
+// claim is what one sandbox holds of the admission budget.
+type claim struct {
+	principal string
+	mem, cpu  int64
+}
+
+type waiter struct {
+	id       string
+	c        claim
+	ready    chan struct{} // closed when admitted
+	admitted bool          // under admitter.mu
+}
+
+// admitter keeps the admission budget: one claim per sandbox that exists
+// or is being created, and the FIFO queue of creates waiting for host
+// capacity. Methods are safe for concurrent use.
+type admitter struct {
+	cfg            Admission
+	memCap, cpuCap int64 // 0: no bound
+	onRefuse       func(reason string)
+	onQueue        func(n int)
+
+	mu       sync.Mutex
+	held     map[string]claim
+	count    int
+	mem, cpu int64
+	perKey   map[string]int // claims and waiters per principal
+	queue    []*waiter
+}
+
+func newAdmitter(cfg Admission) (*admitter, error) {
+	if cfg.MaxSandboxes < 0 || cfg.MaxPerPrincipal < 0 || cfg.QueueLength < 0 || cfg.MaxWait < 0 ||
+		cfg.MemoryCommitRatio < 0 || cfg.CPUCommitRatio < 0 {
+		return nil, errors.New("admission limits must not be negative")
+	}
+	if (cfg.QueueLength > 0) != (cfg.MaxWait > 0) {
+		return nil, errors.New("an admission queue needs both a length and a maximum wait")
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = time.Second
+	}
+	a := &admitter{cfg: cfg, held: map[string]claim{}, perKey: map[string]int{}, onRefuse: func(string) {}, onQueue: func(int) {}}
+	if cfg.MemoryCommitRatio > 0 {
+		host := cfg.HostMemoryBytes
+		if host == 0 {
+			var err error
+			if host, err = hostMemory(); err != nil {
+				return nil, err
+			}
+		}
+		a.memCap = int64(float64(host) * cfg.MemoryCommitRatio)
+	}
+	if cfg.CPUCommitRatio > 0 {
+		host := cfg.HostMilliCPUs
+		if host == 0 {
+			host = int64(runtime.NumCPU()) * 1000
+		}
+		a.cpuCap = int64(float64(host) * cfg.CPUCommitRatio)
+	}
+	return a, nil
+}
+
+// hostMemory reads MemTotal from /proc/meminfo.
+func hostMemory() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("reading host memory: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing MemTotal %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("reading host memory: no MemTotal in /proc/meminfo")
+}
+
+// reserve takes a claim for sandbox id, made for ctx's principal, or
+// refuses it. It may wait for host capacity (see Admission). On success
+// the caller owns the claim and must release it.
+func (a *admitter) reserve(ctx context.Context, id string, c claim) error {
+	a.mu.Lock()
+	if a.memCap > 0 && c.mem > a.memCap {
+		a.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "memory %d bytes exceeds the host's capacity for sandboxes (%d bytes)", c.mem, a.memCap)
+	}
+	if a.cpuCap > 0 && c.cpu > a.cpuCap {
+		a.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus %d millicpus exceed the host's capacity for sandboxes (%d millicpus)", c.cpu, a.cpuCap)
+	}
+	if n := a.cfg.MaxPerPrincipal; n > 0 && a.perKey[c.principal] >= n {
+		a.mu.Unlock()
+		a.onRefuse(RefusedPrincipal)
+		return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrResourceExhausted,
+			"too many sandboxes for this caller (API key, or the unix socket): at most %d may exist or be in creation at once", n), a.cfg.RetryAfter)
+	}
+	a.perKey[c.principal]++
+	// Strict FIFO: a create does not overtake the ones already waiting.
+	reason := a.refusal(c)
+	if len(a.queue) == 0 && reason == "" {
+		a.take(id, c)
+		a.mu.Unlock()
+		return nil
+	}
+	// newAdmitter checked that a queue has both a length and a wait.
+	if queueing := a.cfg.QueueLength > 0; !queueing || len(a.queue) >= a.cfg.QueueLength {
+		a.dropKey(c.principal)
+		a.mu.Unlock()
+		if queueing {
+			reason = RefusedQueueFull
+		}
+		return a.busy(reason)
+	}
+	w := &waiter{id: id, c: c, ready: make(chan struct{})}
+	a.queue = append(a.queue, w)
+	a.onQueue(len(a.queue))
+	a.mu.Unlock()
+
+	t := time.NewTimer(a.cfg.MaxWait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return nil
+	case <-t.C:
+		err = a.busy(RefusedWait)
+	case <-ctx.Done():
+		err = fmt.Errorf("waiting for capacity: %w", ctx.Err())
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.admitted { // admitted just as the wait ended: the caller owns it
+		return nil
+	}
+	for i, q := range a.queue {
+		if q == w {
+			a.queue = append(a.queue[:i], a.queue[i+1:]...)
+			break
+		}
+	}
+	a.dropKey(c.principal)
+	a.onQueue(len(a.queue))
+	a.dispatch() // the head may have been the one blocking the others
+	return err
+}
+
+// busy returns the refusal of host capacity for reason.
+func (a *admitter) busy(reason string) error {
+	a.onRefuse(reason)
+	msg := map[string]string{
+		RefusedSandboxes: fmt.Sprintf("the server is at its limit of %d sandboxes", a.cfg.MaxSandboxes),
+		RefusedMemory:    "the host's memory for sandboxes is fully committed",
+		RefusedCPU:       "the host's CPUs for sandboxes are fully committed",
+		RefusedQueueFull: "the server is at capacity and its admission queue is full",
+		RefusedWait:      fmt.Sprintf("the server stayed at capacity for %s", a.cfg.MaxWait),
+	}[reason]
+	return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrBusy, "%s; retry later", msg), a.cfg.RetryAfter)
+}
+
+// refusal returns why c does not fit now, or "".
+func (a *admitter) refusal(c claim) string {
+	switch {
+	case a.cfg.MaxSandboxes > 0 && a.count >= a.cfg.MaxSandboxes:
+		return RefusedSandboxes
+	case a.memCap > 0 && a.mem+c.mem > a.memCap:
+		return RefusedMemory
+	case a.cpuCap > 0 && a.cpu+c.cpu > a.cpuCap:
+		return RefusedCPU
+	}
+	return ""
+}
+
+func (a *admitter) take(id string, c claim) {
+	a.held[id] = c
+	a.count++
+	a.mem += c.mem
+	a.cpu += c.cpu
+}
+
+func (a *admitter) dropKey(p string) {
+	if a.perKey[p]--; a.perKey[p] <= 0 {
+		delete(a.perKey, p)
+	}
+}
+
+// hold records the claim of a sandbox that exists already (found at
+// start) without checking it.
+func (a *admitter) hold(id string, c claim) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.held[id]; !ok {
+		a.take(id, c)
+		a.perKey[c.principal]++
+	}
+}
+
+// resize changes sandbox id's claim to mem and cpu (a live limit change),
+// refusing growth beyond host capacity with errdefs.ErrBusy. undo restores
+// the old claim, for when the change then fails.
+func (a *admitter) resize(id string, mem, cpu int64) (undo func(), err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old, ok := a.held[id]
+	if !ok {
+		return func() {}, nil
+	}
+	switch {
+	case a.memCap > 0 && mem > old.mem && a.mem-old.mem+mem > a.memCap:
+		return nil, a.busy(RefusedMemory)
+	case a.cpuCap > 0 && cpu > old.cpu && a.cpu-old.cpu+cpu > a.cpuCap:
+		return nil, a.busy(RefusedCPU)
+	}
+	set := func(c claim) {
+		cur := a.held[id]
+		a.mem += c.mem - cur.mem
+		a.cpu += c.cpu - cur.cpu
+		a.held[id] = c
+		a.dispatch() // a shrink may let waiters in
+	}
+	set(claim{old.principal, mem, cpu})
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if _, ok := a.held[id]; ok {
+			set(old)
+		}
+	}, nil
+}
+
+// release gives back sandbox id's claim, if it holds one, and admits
+// waiters that now fit.
+func (a *admitter) release(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.releaseLocked(id)
+}
+
+func (a *admitter) releaseLocked(id string) {
+	c, ok := a.held[id]
+	if !ok {
+		return
+	}
+	delete(a.held, id)
+	a.count--
+	a.mem -= c.mem
+	a.cpu -= c.cpu
+	a.dropKey(c.principal)
+	a.dispatch()
+}
+
+// dispatch admits waiters from the head of the queue while they fit.
+func (a *admitter) dispatch() {
+	n := len(a.queue)
+	for len(a.queue) > 0 && a.refusal(a.queue[0].c) == "" {
+		w := a.queue[0]
+		a.queue = a.queue[1:]
+		a.take(w.id, w.c)
+		w.admitted = true
+		close(w.ready)
+	}
+	if len(a.queue) != n {
+		a.onQueue(len(a.queue))
+	}
+}
+
+// usage reports the budget in use, for tests and metrics.
+func (a *admitter) usage() (count int, mem, cpu int64, queued int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.count, a.mem, a.cpu, len(a.queue)
+}

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/corralrun/corral/internal/metrics"
+	"github.com/corralrun/corral/internal/sandbox"
+)
+
+// scrapeTimeout bounds the families computed on scrape (per-sandbox usage
+// read from the drivers), so a slow runtime cannot hang a scraper.
+const scrapeTimeout = 5 * time.Second
+
+// metrics serves the registry in the Prometheus text format. It is written
+// to a buffer first, so a scrape that fails halfway answers 500 instead of
+// a truncated page.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), scrapeTimeout)
+	defer cancel()
+	var buf bytes.Buffer
+	if err := s.reg.WriteText(ctx, &buf); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", metrics.ContentType)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// unixPrincipal is everyone on the root-only unix socket, one principal
+// for the Manager's per-principal limits; each API key is another
+// (sandbox.APIKeyPrincipal).
+const unixPrincipal = "unix"
+
+// withPrincipal marks every request h serves as made by principal.
+func withPrincipal(principal string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(sandbox.WithPrincipal(r.Context(), principal)))
+	})
+}
