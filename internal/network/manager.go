@@ -594,7 +594,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 // linksByID maps sandbox ids to host interfaces with the Manager's prefix,
 // from the ids stored in the interfaces' aliases.
 func (m *Manager) linksByID() (map[string]string, error) {
-	links, err := m.nl.LinkList()
+	links, err := listLinks(m.nl)
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
@@ -667,7 +667,7 @@ func (m *Manager) Reconcile(ctx context.Context, keep map[string]egress.Policy) 
 		return fmt.Errorf("reconciling networks: %w", err)
 	}
 	var errs []error
-	links, err := m.nl.LinkList()
+	links, err := listLinks(m.nl)
 	if err != nil {
 		return fmt.Errorf("reconciling networks: listing links: %w", err)
 	}

@@ -110,3 +110,22 @@ func writeSysctl(path, value string) error {
 	}
 	return nil
 }
+
+// dumpRetries is how often a netlink dump is retried when the kernel
+// reports that the table changed while it was being read.
+const dumpRetries = 5
+
+// listLinks lists h's interfaces. A dump that other processes' link
+// changes interrupted (netlink.ErrDumpInterrupted, "results may be
+// incomplete or inconsistent") is read again: acting on a partial list
+// would miss interfaces to reconcile or tear down.
+func listLinks(h *netlink.Handle) ([]netlink.Link, error) {
+	var err error
+	for range dumpRetries {
+		var links []netlink.Link
+		if links, err = h.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return links, err
+		}
+	}
+	return nil, err
+}

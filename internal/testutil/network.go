@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"math/big"
@@ -28,7 +29,11 @@ type DaemonNetwork struct {
 // package's own tests use 10.192.0.0/10) and random names.
 func NewDaemonNetwork(t testing.TB) DaemonNetwork {
 	t.Helper()
-	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	var routes []netlink.Route
+	err := redump(func() (err error) {
+		routes, err = netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +82,8 @@ func (n DaemonNetwork) Args(extra []string) []string {
 func (n DaemonNetwork) Leftovers(t testing.TB) []string {
 	t.Helper()
 	var out []string
-	links, err := netlink.LinkList()
-	if err != nil {
+	var links []netlink.Link
+	if err := redump(func() (err error) { links, err = netlink.LinkList(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range links {
@@ -86,13 +91,18 @@ func (n DaemonNetwork) Leftovers(t testing.TB) []string {
 			out = append(out, "link "+name)
 		}
 	}
-	addrs, _ := netlink.AddrList(nil, unix.AF_INET)
+	var addrs []netlink.Addr
+	_ = redump(func() (err error) { addrs, err = netlink.AddrList(nil, unix.AF_INET); return err })
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && n.Subnet.Contains(ip) {
 			out = append(out, "address "+ip.String())
 		}
 	}
-	routes, _ := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	var routes []netlink.Route
+	_ = redump(func() (err error) {
+		routes, err = netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		return err
+	})
 	for _, r := range routes {
 		if r.Dst != nil {
 			if ip, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok && n.Subnet.Contains(ip) {
@@ -111,4 +121,17 @@ func (n DaemonNetwork) Leftovers(t testing.TB) []string {
 		}
 	}
 	return out
+}
+
+// redump runs a netlink dump again while other processes' changes
+// interrupt it (netlink.ErrDumpInterrupted): a partial list would hide
+// leftovers or pick a subnet in use.
+func redump(dump func() error) error {
+	var err error
+	for range 5 {
+		if err = dump(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return err
+		}
+	}
+	return err
 }
