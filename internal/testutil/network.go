@@ -1,9 +1,9 @@
 package testutil
 
 import (
-	"errors"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"math/big"
 	"net/netip"
 	"slices"
