@@ -75,6 +75,9 @@ type Config struct {
 	// DefaultNetwork is the network mode of a sandbox whose spec names
 	// neither a mode nor rules (default none).
 	DefaultNetwork egress.Mode
+	// PoolConcurrency bounds how many warm pool members are made at once
+	// (default 2; pool.go).
+	PoolConcurrency int
 }
 
 // Manager creates, tracks, times out and destroys sandboxes. It is safe for
@@ -97,6 +100,9 @@ type Manager struct {
 	bgMu     sync.Mutex
 	bgClosed bool
 	bg       sync.WaitGroup
+
+	pools pools     // warm pools (pool.go)
+	life  lifecycle // idle and deadline actions (lifecycle.go)
 }
 
 // entry is the Manager's live view of one sandbox. op serializes lifecycle
@@ -108,6 +114,8 @@ type entry struct {
 	// netEnv is the proxy environment of the sandbox's network, the
 	// lowest layer of every process's environment.
 	netEnv []string
+	// act tracks exec, file and PTY activity for the idle timeout.
+	act activity
 }
 
 // New validates cfg and returns a Manager; call Start to load state.
@@ -170,8 +178,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return err
 	}
-	m.wg.Add(1)
+	if err := m.loadPools(ctx); err != nil {
+		return err
+	}
+	m.wg.Add(2)
 	go m.reapLoop()
+	go m.poolLoop()
 	return nil
 }
 
@@ -212,11 +224,23 @@ type RuntimeInfo struct {
 // Create makes a sandbox and returns it running. It records the sandbox
 // before acquiring anything, and on failure (including ctx being canceled)
 // releases everything it acquired and forgets the sandbox.
+//
+// A spec that matches a warm pool (pool.go) gets a sandbox from it when one
+// is ready, and a cold create otherwise.
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	spec, sb, claimed, err := m.claim(ctx, spec)
+	if err != nil || claimed {
+		return sb, err
+	}
 	sb, drv, err := m.admit(spec)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	return m.create(ctx, sb, drv)
+}
+
+// create makes the admitted sandbox sb on drv (see Create).
+func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver) (Sandbox, error) {
 	e := &entry{sb: sb}
 	e.op.Lock()
 	defer e.op.Unlock()
@@ -349,6 +373,10 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 	if err != nil {
 		return Sandbox{}, nil, err
 	}
+	life, err := m.admitLifecycle(drv, Lifecycle{IdleTimeout: &spec.IdleTimeout, OnDeadline: spec.OnDeadline, OnIdle: spec.OnIdle})
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
 	return Sandbox{
 		ID:          newID(),
 		Template:    spec.Template,
@@ -363,6 +391,9 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 		CreatedAt:   now.UTC(),
 		Deadline:    deadline,
 		Network:     policy,
+		IdleTimeout: *life.IdleTimeout,
+		OnDeadline:  life.OnDeadline,
+		OnIdle:      life.OnIdle,
 	}, drv, nil
 }
 
@@ -429,7 +460,7 @@ func (m *Manager) Get(id string) (Sandbox, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || e.sb.Pool != "" {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	return e.sb.clone(), nil
@@ -574,12 +605,13 @@ func (m *Manager) Agent(id string) (*agent.Client, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || e.sb.Pool != "" {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {
 		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
 	}
+	e.act.touch(m.cfg.Now())
 	return e.agent, nil
 }
 
@@ -601,6 +633,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 		req.MaxOutputBytes = m.cfg.ExecOutput
 	}
 
+	defer m.busy(e)()
 	drv := m.drivers[runtime]
 	before, statsErr := drv.Stats(ctx, id)
 	err = client.Exec(ctx, req, func(ev wire.ExecEvent) error {
@@ -638,12 +671,13 @@ func (m *Manager) running(id string, req *wire.ExecRequest) (*entry, *agent.Clie
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || e.sb.Pool != "" {
 		return nil, nil, "", errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {
 		return nil, nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
 	}
+	e.act.touch(m.cfg.Now())
 	m.withDefaults(e.sb, req)
 	withNetworkEnv(e, req)
 	return e, e.agent, e.sb.Runtime, nil
