@@ -200,6 +200,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"WatchEvent":           {wire.WatchEvent{}},
 		"AttachControl":        {AttachControl{}},
 		"AttachEvent":          {AttachEvent{}},
+		"PoolRequest":          {PoolRequest{}},
+		"Pool":                 {PoolView{}},
 	}
 	// Health is written from a map literal, not a struct.
 	untyped := map[string]bool{"Health": true}
