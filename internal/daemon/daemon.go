@@ -102,8 +102,11 @@ type Config struct {
 	// default cap (0: 64 MiB, negative: none) and the most a request may
 	// ask for (0: no maximum).
 	ExecOutput, MaxExecOutput int64
-	Version                   string
-	Logger                    *slog.Logger
+	// Pools are warm pools defined (or changed) at every start, next to
+	// those defined through the API, which the store keeps.
+	Pools   []sandbox.Pool
+	Version string
+	Logger  *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -266,6 +269,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.manager = nil
 		return nil, fmt.Errorf("reconciling sandboxes: %w", err)
 	}
+	d.setPools(ctx, cfg.Pools)
 	if err := d.openImages(); err != nil {
 		return nil, err
 	}
