@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// waitPoolFull waits until pool name has all its sandboxes ready and none
+// being made.
+func (d *daemon) waitPoolFull(t testing.TB, name string) *corral.Pool {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		p, err := d.client.GetPool(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Ready == p.Size && p.Filling == 0 {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool %s not full after a minute: %+v\nlogs:\n%s", name, p, d.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// removePoolAtCleanup deletes pool name before the daemon's own cleanup,
+// which checks that nothing leaked.
+func (d *daemon) removePoolAtCleanup(t testing.TB, name string) {
+	t.Cleanup(func() {
+		if d.cmd.ProcessState != nil {
+			return
+		}
+		if err := d.client.DeletePool(context.Background(), name); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
+			t.Errorf("deleting pool %s: %v", name, err)
+		}
+	})
+}
+
+// TestWarmPool defines a pool with the CLI, claims a sandbox from it with
+// a create of its shape (per-claim env, metadata and deadline), checks that
+// pooled sandboxes stay hidden, and that the pool survives a daemon crash:
+// its sandboxes are adopted after a ping and still claimable.
+func TestWarmPool(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	ctx := t.Context()
+	d.removePoolAtCleanup(t, "warm")
+	out, errOut, code := d.corral("pool", "set", "warm", "--template", "bb", "--memory", "128M", "--size", "2")
+	if code != 0 || !strings.Contains(out, "warm") {
+		t.Fatalf("corral pool set: %d %q %q", code, out, errOut)
+	}
+	d.waitPoolFull(t, "warm")
+	if list, err := d.client.List(ctx, corral.ListOptions{}); err != nil || len(list) != 0 {
+		t.Fatalf("pooled sandboxes are listed: %v %+v", err, list)
+	}
+	out, _, _ = d.corral("pool", "ls")
+	if !strings.Contains(out, "warm") || !strings.Contains(out, "bb") {
+		t.Fatalf("corral pool ls: %q", out)
+	}
+
+	before := time.Now()
+	sb := d.create(t, corral.CreateOptions{Template: "bb", MemoryMB: 128, Timeout: corral.Timeout(time.Minute),
+		Env: map[string]string{"GREETING": "warm hello"}, Metadata: map[string]string{"who": "e2e"}})
+	if !strings.Contains(d.logs.String(), `sandbox claimed from pool" sandbox_id=`+sb.ID) {
+		t.Fatalf("create of the pool's shape did not claim\nlogs:\n%s", d.logs.String())
+	}
+	if got, _ := d.execOut(t, sb.ID, "echo $GREETING"); got != "warm hello\n" {
+		t.Fatalf("claimed env: %q", got)
+	}
+	if sb.Metadata["who"] != "e2e" || sb.Deadline == nil || sb.Deadline.Before(before.Add(50*time.Second)) || sb.Deadline.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("claimed sandbox %+v", sb)
+	}
+	if list, _ := d.client.List(ctx, corral.ListOptions{}); len(list) != 1 || list[0].ID != sb.ID {
+		t.Fatalf("list after claim: %+v", list)
+	}
+	// Another shape is a cold create.
+	cold := d.create(t, corral.CreateOptions{Template: "bb", MemoryMB: 64})
+	if strings.Contains(d.logs.String(), "sandbox_id="+cold.ID+" pool=") {
+		t.Fatal("a create of another shape claimed from the pool")
+	}
+	d.waitPoolFull(t, "warm")
+
+	d.kill()
+	d.start()
+	p := d.waitPoolFull(t, "warm")
+	if p.Ready != 2 || !strings.Contains(d.logs.String(), "adopted warm pool member") {
+		t.Fatalf("pool after a crash: %+v\nlogs:\n%s", p, d.logs.String())
+	}
+	again := d.create(t, corral.CreateOptions{Pool: "warm"})
+	if got, _ := d.execOut(t, again.ID, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"); got != "134217728\n" {
+		t.Fatalf("memory limit of a sandbox claimed after the crash: %q", got)
+	}
+	if _, errOut, code := d.corral("pool", "rm", "warm"); code != 0 {
+		t.Fatalf("corral pool rm: %d %q", code, errOut)
+	}
+	if out, _, _ := d.corral("pool", "ls"); strings.Contains(out, "warm") {
+		t.Fatalf("pool left after rm: %q", out)
+	}
+	// Claimed sandboxes outlive their pool.
+	if got, _ := d.execOut(t, again.ID, "echo still here"); got != "still here\n" {
+		t.Fatalf("claimed sandbox after pool rm: %q", got)
+	}
+}
+
+// TestIdleTimeoutDestroys creates sandboxes with a 2 s idle timeout: one
+// kept busy by execs outlives it, one left alone is destroyed, and reading
+// a sandbox's record does not count as activity.
+func TestIdleTimeoutDestroys(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	ctx := t.Context()
+	out, errOut, code := d.corral("create", "--template", "bb", "--idle-timeout", "2s")
+	if code != 0 {
+		t.Fatalf("corral create --idle-timeout: %d %q", code, errOut)
+	}
+	idle := strings.TrimSpace(out)
+	busy := d.create(t, corral.CreateOptions{IdleTimeout: 2 * time.Second})
+	if busy.IdleTimeout != 2 || busy.OnIdle != corral.ActionDestroy {
+		t.Fatalf("created %+v", busy)
+	}
+	kept := d.create(t, corral.CreateOptions{IdleTimeout: 2 * time.Second})
+	if out, errOut, code := d.corral("update", kept.ID, "--idle-timeout", "0"); code != 0 || !strings.Contains(out, "idle timeout 0s") {
+		t.Fatalf("corral update --idle-timeout 0: %d %q %q", code, out, errOut)
+	}
+	end := time.Now().Add(5 * time.Second)
+	for time.Now().Before(end) {
+		d.execOut(t, busy.ID, "true")
+		if _, err := d.client.Get(ctx, idle); err != nil && time.Now().Before(end.Add(-3500*time.Millisecond)) {
+			t.Fatalf("idle sandbox gone before its idle timeout: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if _, err := d.client.Get(ctx, idle); corral.ErrorCode(err) != corral.CodeNotFound {
+		t.Fatalf("idle sandbox not destroyed after 5 s: %v", err)
+	}
+	for _, id := range []string{busy.ID, kept.ID} {
+		if _, err := d.client.Get(ctx, id); err != nil {
+			t.Fatalf("sandbox %s destroyed: %v", id, err)
+		}
+	}
+	if !strings.Contains(d.logs.String(), `sandbox timer fired" sandbox_id=`+idle+" timer=idle action=destroy") {
+		t.Fatalf("no idle timer log\nlogs:\n%s", d.logs.String())
+	}
+	// The pause action needs the Manager's Pause, which this branch lacks.
+	if _, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", OnIdle: corral.ActionPause}); corral.ErrorCode(err) != corral.CodeNotImplemented {
+		t.Fatalf("on_idle pause: %v", err)
+	}
+}
+
+// BenchmarkWarmClaim measures a claim from a warm pool (Create of the
+// pool's shape) plus `echo hi` to the first stdout byte, on runc. Before
+// each claim the pool is full and idle, so every sample is a claim.
+//
+//	go test -run '^$' -bench WarmClaim -benchtime 200x ./test/e2e
+func BenchmarkWarmClaim(b *testing.B) {
+	warmClaim(b, startDaemon(b, e2eStorage), "runc")
+}
+
+// BenchmarkWarmClaimGVisor is BenchmarkWarmClaim on gVisor.
+func BenchmarkWarmClaimGVisor(b *testing.B) {
+	warmClaim(b, startGVisorDaemon(b), "gvisor")
+}
+
+func warmClaim(b *testing.B, d *daemon, runtime string) {
+	ctx := context.Background()
+	if _, err := d.client.SetPool(ctx, "bench", corral.PoolOptions{Template: "bb", Runtime: runtime, Size: 2}); err != nil {
+		b.Fatal(err)
+	}
+	d.removePoolAtCleanup(b, "bench")
+	var total, claim []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		d.waitPoolFull(b, "bench")
+		b.StartTimer()
+		fb := &firstOutput{start: time.Now()}
+		sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
+		if err != nil {
+			b.Fatal(err)
+		}
+		claimed := time.Since(fb.start)
+		if _, err := d.client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fb}); err != nil || fb.at == 0 {
+			b.Fatalf("exec: %v (first output after %s)", err, fb.at)
+		}
+		b.StopTimer()
+		total = append(total, fb.at)
+		claim = append(claim, claimed)
+		if err := d.client.Delete(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	if n := strings.Count(d.logs.String(), "sandbox claimed from pool"); n != b.N {
+		b.Fatalf("%d of %d creates claimed from the pool", n, b.N)
+	}
+	reportPercentiles(b, "claim-", claim)
+	reportPercentiles(b, "", total)
+}
