@@ -782,6 +782,9 @@ func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(
 
 // DeleteTemplate removes a template that no sandbox uses.
 func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	if err := m.checkNoPoolUses(name); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	if _, ok := m.templates[name]; !ok {
 		m.mu.Unlock()

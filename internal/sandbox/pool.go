@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -400,6 +401,24 @@ func (m *Manager) SetPool(ctx context.Context, def Pool) (PoolStatus, error) {
 // status returns p's status; the caller holds pools.mu.
 func (p *pool) status() PoolStatus {
 	return PoolStatus{Pool: p.def, Ready: len(p.ready), Filling: p.filling, Error: p.lastErr, RetryAt: p.retryAt}
+}
+
+// checkNoPoolUses returns an error wrapping errdefs.ErrFailedPrecondition
+// when a pool makes sandboxes of template name.
+func (m *Manager) checkNoPoolUses(template string) error {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	var names []string
+	for n, p := range m.pools.m {
+		if p.def.Template == template {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by pool(s) %s: remove them first", template, strings.Join(names, ", "))
 }
 
 // RemovePool deletes pool name and its members before it returns (members

@@ -185,6 +185,9 @@ func TestPoolClaim(t *testing.T) {
 	if slices.Contains(memberIDs(h.m), sb.ID) {
 		t.Fatal("a deleted claimed sandbox went back to the pool")
 	}
+	if err := h.m.DeleteTemplate(ctx, "tiny"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "pool(s) p") {
+		t.Fatalf("deleting the template of a pool: %v", err)
+	}
 	if err := h.m.RemovePool(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}

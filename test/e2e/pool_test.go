@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/network/nettest"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -200,4 +201,30 @@ func warmClaim(b *testing.B, d *daemon, runtime string) {
 	}
 	reportPercentiles(b, "claim-", claim)
 	reportPercentiles(b, "", total)
+}
+
+// TestWarmPoolNetwork claims from a pool whose sandboxes wait with an
+// allowlist that allows nothing: the claim's policy is applied live on the
+// host, so the claimed sandbox reaches example.test and nothing else.
+func TestWarmPoolNetwork(t *testing.T) {
+	w := newNetWorld(t, e2eStorage)
+	d := w.d
+	d.removePoolAtCleanup(t, "net")
+	if _, err := d.client.SetPool(t.Context(), "net", corral.PoolOptions{Template: "bb", Network: "allowlist", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d.waitPoolFull(t, "net")
+	sb := d.create(t, corral.CreateOptions{Pool: "net", Network: &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}})
+	if !strings.Contains(d.logs.String(), `sandbox claimed from pool" sandbox_id=`+sb.ID) {
+		t.Fatalf("create did not claim\nlogs:\n%s", d.logs.String())
+	}
+	if sb.Network == nil || sb.Network.Mode != "allowlist" || len(sb.Network.AllowDomains) != 1 {
+		t.Fatalf("claimed sandbox's policy: %+v", sb.Network)
+	}
+	if out, code := w.sh(t, sb.ID, "wget -qO- http://example.test/"); code != 0 || nettest.Field(out, "server") != "a" {
+		t.Fatalf("allowed domain from a claimed sandbox: %d %q", code, out)
+	}
+	if out, code := w.sh(t, sb.ID, "wget -T 3 -qO- http://other.test/"); code == 0 {
+		t.Fatalf("other.test reachable from a claimed sandbox: %q", out)
+	}
 }
