@@ -228,3 +228,28 @@ func TestWarmPoolNetwork(t *testing.T) {
 		t.Fatalf("other.test reachable from a claimed sandbox: %q", out)
 	}
 }
+
+// TestWarmPoolGVisor claims from a gVisor pool and checks that the pool's
+// sandboxes survive a daemon crash: their agents dial the restarted daemon
+// and answer the adoption ping.
+func TestWarmPoolGVisor(t *testing.T) {
+	d := startGVisorDaemon(t)
+	d.removePoolAtCleanup(t, "gv")
+	if _, errOut, code := d.corral("pool", "set", "gv", "--template", "bb", "--runtime", "gvisor", "--size", "1"); code != 0 {
+		t.Fatalf("corral pool set: %d %q", code, errOut)
+	}
+	d.waitPoolFull(t, "gv")
+	d.kill()
+	d.start()
+	d.waitPoolFull(t, "gv")
+	if !strings.Contains(d.logs.String(), "adopted warm pool member") {
+		t.Fatalf("gVisor pool member not adopted after a crash\nlogs:\n%s", d.logs.String())
+	}
+	sb := d.create(t, corral.CreateOptions{Template: "bb", Runtime: "gvisor", Env: map[string]string{"K": "v"}})
+	if !strings.Contains(d.logs.String(), `sandbox claimed from pool" sandbox_id=`+sb.ID) {
+		t.Fatalf("create did not claim\nlogs:\n%s", d.logs.String())
+	}
+	if got, _ := d.execOut(t, sb.ID, "echo $K; uname -r"); !strings.HasPrefix(got, "v\n") || !strings.Contains(got, "gvisor") {
+		t.Fatalf("exec in claimed gVisor sandbox: %q", got)
+	}
+}
