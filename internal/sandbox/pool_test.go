@@ -406,3 +406,35 @@ func TestPoolNetworkClaim(t *testing.T) {
 	}
 	assertNetClean(t, h, fn)
 }
+
+// A member whose agent does not answer is deleted at claim and the create
+// goes on with the next member, or cold.
+func TestPoolClaimSkipsDeadMember(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := t.Context()
+	if _, err := h.m.SetPool(ctx, Pool{Name: "p", Template: "tiny", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, h.m, "p", readyN(1))
+	dead := memberIDs(h.m)[0]
+	if err := h.drv.Kill(dead); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID == dead {
+		t.Fatal("claimed a dead member")
+	}
+	if _, err := h.m.entry(dead); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("dead member kept: %v", err)
+	}
+	if err := h.m.RemovePool(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.assertClean(t)
+}
