@@ -328,35 +328,35 @@ func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecRe
 
 // UpdateOptions are new limits and lifecycle timers for a running or
 // paused sandbox; zero fields keep their value. IdleTimeout, when not nil,
-// is the new idle timeout (0 turns it off). The deadline changes only
-// through SetTimeout.
+// is the new idle timeout (whole seconds; 0 turns it off). The deadline
+// changes only through SetTimeout.
 type UpdateOptions struct {
-	CPUs        float64
-	MemoryMB    int64
-	Pids        int64
-	IdleTimeout *time.Duration
-	OnDeadline  string
-	OnIdle      string
+	CPUs        float64        `json:"cpus,omitempty"`
+	MemoryMB    int64          `json:"memory_mb,omitempty"`
+	Pids        int64          `json:"pids,omitempty"`
+	IdleTimeout *time.Duration `json:"idle_timeout,omitempty"`
+	OnDeadline  string         `json:"on_deadline,omitempty"`
+	OnIdle      string         `json:"on_idle,omitempty"`
 }
 
-type updateRequest struct {
-	CPUs        float64 `json:"cpus,omitempty"`
-	MemoryMB    int64   `json:"memory_mb,omitempty"`
-	Pids        int64   `json:"pids,omitempty"`
-	IdleTimeout *int64  `json:"idle_timeout,omitempty"`
-	OnDeadline  string  `json:"on_deadline,omitempty"`
-	OnIdle      string  `json:"on_idle,omitempty"`
+// MarshalJSON writes the request body, with IdleTimeout in seconds.
+func (o UpdateOptions) MarshalJSON() ([]byte, error) {
+	type plain UpdateOptions // without this method
+	v := struct {
+		plain
+		IdleTimeout *int64 `json:"idle_timeout,omitempty"`
+	}{plain: plain(o)}
+	if o.IdleTimeout != nil {
+		v.IdleTimeout = seconds(*o.IdleTimeout)
+	}
+	return json.Marshal(v)
 }
 
 // Update changes a sandbox's CPU, memory and pids limits while it runs,
 // and its idle timeout and timer actions.
 func (c *Client) Update(ctx context.Context, id string, opts UpdateOptions) (*Sandbox, error) {
-	req := updateRequest{CPUs: opts.CPUs, MemoryMB: opts.MemoryMB, Pids: opts.Pids, OnDeadline: opts.OnDeadline, OnIdle: opts.OnIdle}
-	if opts.IdleTimeout != nil {
-		req.IdleTimeout = seconds(*opts.IdleTimeout)
-	}
 	var sb Sandbox
-	if err := c.doJSON(ctx, "PATCH", "/v1/sandboxes/"+url.PathEscape(id), nil, req, &sb); err != nil {
+	if err := c.doJSON(ctx, "PATCH", "/v1/sandboxes/"+url.PathEscape(id), nil, opts, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil
