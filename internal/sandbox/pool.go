@@ -53,10 +53,6 @@ type Pool struct {
 	Size int `json:"size"`
 }
 
-func (p Pool) limits() Limits {
-	return Limits{MilliCPUs: p.MilliCPUs, MemoryBytes: p.MemoryBytes, Pids: p.Pids, DiskBytes: p.DiskBytes}
-}
-
 // sameShape reports whether members made for p fit q.
 func (p Pool) sameShape(q Pool) bool {
 	p.Size, q.Size = 0, 0
