@@ -104,9 +104,11 @@ type Config struct {
 	ExecOutput, MaxExecOutput int64
 	// Pools are warm pools defined (or changed) at every start, next to
 	// those defined through the API, which the store keeps.
-	Pools   []sandbox.Pool
-	Version string
-	Logger  *slog.Logger
+	// PoolConcurrency bounds the pool sandboxes made at once (default 2).
+	Pools           []sandbox.Pool
+	PoolConcurrency int
+	Version         string
+	Logger          *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -261,6 +263,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		NetworkDir:     filepath.Join(cfg.StateDir, "netfiles"),
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
 		Logger:         d.log,
+
+		PoolConcurrency: cfg.PoolConcurrency,
 	})
 	if err != nil {
 		return nil, err

@@ -57,6 +57,7 @@ func Main(args []string, version string) int {
 	fs.Var(upstreamsFlag{&cfg.DNSUpstreams}, "dns-upstream", "DNS server for sandboxes' allowed lookups, ADDRESS[:PORT] (repeatable; default: the nameservers of /etc/resolv.conf)")
 	fs.StringVar(&cfg.NetworkPrefix, "network-prefix", DefaultNetworkPrefix, "name prefix of sandboxes' host-side interfaces (unique per daemon on a host)")
 	fs.StringVar(&cfg.NetworkTable, "nft-table", DefaultNetworkTable, "nftables table (inet) of sandbox rules (unique per daemon on a host)")
+	fs.IntVar(&cfg.PoolConcurrency, "pool-concurrency", 2, "warm pool sandboxes created at once, over all pools")
 	fs.Var(poolsFlag{&cfg.Pools}, "pool", "warm pool name=NAME,template=T[,runtime=R][,size=N][,cpus=C][,memory=M][,pids=N][,disk=D][,network=MODE] (repeatable)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

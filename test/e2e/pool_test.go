@@ -253,3 +253,23 @@ func TestWarmPoolGVisor(t *testing.T) {
 		t.Fatalf("exec in claimed gVisor sandbox: %q", got)
 	}
 }
+
+// TestPoolFlag defines a pool with `corral server --pool`: on the first
+// start its template does not exist yet, which is logged and skipped; after
+// a restart the pool is there and fills.
+func TestPoolFlag(t *testing.T) {
+	d := startDaemon(t, e2eStorage, "--pool", "name=boot,template=bb,size=1,memory=64M")
+	d.removePoolAtCleanup(t, "boot")
+	if !strings.Contains(d.logs.String(), "defining pool from the configuration") {
+		t.Fatalf("no log of the skipped pool\nlogs:\n%s", d.logs.String())
+	}
+	if _, err := d.client.GetPool(t.Context(), "boot"); corral.ErrorCode(err) != corral.CodeNotFound {
+		t.Fatalf("pool defined without its template: %v", err)
+	}
+	d.stop()
+	d.start()
+	p := d.waitPoolFull(t, "boot")
+	if p.Template != "bb" || p.MemoryMB != 64 || p.Size != 1 {
+		t.Fatalf("pool from the flag: %+v", p)
+	}
+}
