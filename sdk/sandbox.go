@@ -27,6 +27,11 @@ type Sandbox struct {
 	Error     string            `json:"error,omitempty"`
 	// Network is the sandbox's network policy, header values left out.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// IdleTimeout is the idle timeout in seconds (0: none); OnDeadline and
+	// OnIdle are ActionDestroy or ActionPause.
+	IdleTimeout int64  `json:"idle_timeout,omitempty"`
+	OnDeadline  string `json:"on_deadline,omitempty"`
+	OnIdle      string `json:"on_idle,omitempty"`
 }
 
 // CreateOptions describe a new sandbox. Zero values take the daemon's
@@ -46,7 +51,22 @@ type CreateOptions struct {
 	// Network is the sandbox's network policy; nil takes the daemon's
 	// default mode (none unless configured).
 	Network *NetworkPolicy
+	// Pool names a warm pool to claim the sandbox from (see SetPool);
+	// empty uses a pool of the same shape when one has a sandbox ready.
+	Pool string
+	// IdleTimeout, when positive, fires OnIdle after that long (whole
+	// seconds) without exec, file or PTY activity. OnDeadline and OnIdle
+	// are ActionDestroy (the default) or ActionPause.
+	IdleTimeout time.Duration
+	OnDeadline  string
+	OnIdle      string
 }
+
+// Lifecycle actions, for CreateOptions and UpdateOptions.
+const (
+	ActionDestroy = "destroy"
+	ActionPause   = "pause"
+)
 
 // NoTimeout, used as CreateOptions.Timeout or with SetTimeout, asks for a
 // sandbox without a deadline (when the daemon allows it).
@@ -66,6 +86,11 @@ type createRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Network  *NetworkPolicy    `json:"network,omitempty"`
+
+	Pool        string `json:"pool,omitempty"`
+	IdleTimeout int64  `json:"idle_timeout,omitempty"`
+	OnDeadline  string `json:"on_deadline,omitempty"`
+	OnIdle      string `json:"on_idle,omitempty"`
 }
 
 // seconds rounds d away from zero to whole seconds, so that a small
@@ -87,6 +112,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	req := createRequest{
 		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
 		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata, Network: opts.Network,
+		Pool: opts.Pool, IdleTimeout: *seconds(opts.IdleTimeout), OnDeadline: opts.OnDeadline, OnIdle: opts.OnIdle,
 	}
 	if opts.Timeout != nil {
 		req.Timeout = seconds(*opts.Timeout)
@@ -300,15 +326,34 @@ func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecRe
 	return nil, &Error{Code: CodeUnavailable, Message: "exec stream ended without an exit status"}
 }
 
-// UpdateOptions are new limits for a running or paused sandbox; zero fields
-// keep their value.
+// UpdateOptions are new limits and lifecycle timers for a running or
+// paused sandbox; zero fields keep their value. IdleTimeout, when not nil,
+// is the new idle timeout (whole seconds; 0 turns it off). The deadline
+// changes only through SetTimeout.
 type UpdateOptions struct {
-	CPUs     float64 `json:"cpus,omitempty"`
-	MemoryMB int64   `json:"memory_mb,omitempty"`
-	Pids     int64   `json:"pids,omitempty"`
+	CPUs        float64        `json:"cpus,omitempty"`
+	MemoryMB    int64          `json:"memory_mb,omitempty"`
+	Pids        int64          `json:"pids,omitempty"`
+	IdleTimeout *time.Duration `json:"idle_timeout,omitempty"`
+	OnDeadline  string         `json:"on_deadline,omitempty"`
+	OnIdle      string         `json:"on_idle,omitempty"`
 }
 
-// Update changes a sandbox's CPU, memory and pids limits while it runs.
+// MarshalJSON writes the request body, with IdleTimeout in seconds.
+func (o UpdateOptions) MarshalJSON() ([]byte, error) {
+	type plain UpdateOptions // without this method
+	v := struct {
+		plain
+		IdleTimeout *int64 `json:"idle_timeout,omitempty"`
+	}{plain: plain(o)}
+	if o.IdleTimeout != nil {
+		v.IdleTimeout = seconds(*o.IdleTimeout)
+	}
+	return json.Marshal(v)
+}
+
+// Update changes a sandbox's CPU, memory and pids limits while it runs,
+// and its idle timeout and timer actions.
 func (c *Client) Update(ctx context.Context, id string, opts UpdateOptions) (*Sandbox, error) {
 	var sb Sandbox
 	if err := c.doJSON(ctx, "PATCH", "/v1/sandboxes/"+url.PathEscape(id), nil, opts, &sb); err != nil {

@@ -17,7 +17,8 @@ import (
 type Options struct {
 	// Runtime and Template are passed to every Create; "" takes the daemon's default.
 	Runtime, Template string
-	// Iterations is the number of samples of the exec and cold-start scenarios.
+	// Iterations is the number of samples of the exec, cold-start and
+	// warm-claim scenarios.
 	Iterations int
 	// Burst is the number of concurrent creates of the burst scenario.
 	Burst int
@@ -72,7 +73,10 @@ func Run(ctx context.Context, opts Options, c *corral.Client) (Report, error) {
 			add(rows, err)
 		}
 	}
-	rep.Rows = append(rep.Rows, Row{Scenario: ScenarioWarm, Runtime: runtime, Extra: "n/a (pools not implemented)"})
+	if opts.Iterations > 0 && ctx.Err() == nil {
+		r.progress(ScenarioWarm)
+		add(r.warmClaim(ctx, runtime))
+	}
 	// Density runs before the burst, whose hundred concurrent requests grow
 	// the daemon's heap and would blur its RSS baseline; the rows keep the
 	// usual order.

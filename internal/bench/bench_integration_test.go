@@ -75,15 +75,18 @@ func TestRunAgainstDaemon(t *testing.T) {
 	for _, r := range rep.Rows {
 		byScenario[r.Scenario+"/"+r.Runtime] = r
 	}
-	for _, key := range []string{ScenarioExec + "/runc", ScenarioCold + "/runc", ScenarioPeer + "/runc",
+	for _, key := range []string{ScenarioExec + "/runc", ScenarioCold + "/runc", ScenarioWarm + "/runc", ScenarioPeer + "/runc",
 		ScenarioBurst + "/runc", ScenarioDensity + "/runc"} {
 		r, ok := byScenario[key]
 		if !ok || r.P50MS == nil || *r.P50MS <= 0 || r.N == 0 {
 			t.Errorf("row %s missing or without samples: %+v", key, r)
 		}
 	}
-	if w := byScenario[ScenarioWarm+"/runc"]; w.P50MS != nil || w.Extra != "n/a (pools not implemented)" {
-		t.Errorf("warm row = %+v, want n/a without numbers", w)
+	if w := byScenario[ScenarioWarm+"/runc"]; w.N != 3 {
+		t.Errorf("warm row = %+v, want 3 claims", w)
+	}
+	if pools, err := c.Pools(ctx); err != nil || len(pools) != 0 {
+		t.Errorf("pools left after Run: %v (err %v)", pools, err)
 	}
 	if b := byScenario[ScenarioBurst+"/runc"]; b.N != 5 {
 		t.Errorf("burst created %d of 5: %s", b.N, b.Extra)

@@ -82,6 +82,7 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"bench":    c.bench,
 		"doctor":   c.doctor,
 		"events":   c.events,
+		"pool":     c.pool,
 	}
 	h, ok := handlers[cmd]
 	if !ok {
@@ -106,6 +107,8 @@ Sandboxes:
   inspect ID                   show a sandbox as JSON
   timeout ID DURATION          set a sandbox's deadline to now+DURATION (0: none)
   update ID [--cpus N] [--memory M] [--pids N]   change a running sandbox's limits
+  update ID [--idle-timeout D] [--on-idle A] [--on-deadline A]
+                               change its idle timeout and timer actions (destroy|pause)
   network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...
                                show a sandbox's network policy, or replace it live
   rm ID...                     destroy sandboxes
@@ -139,6 +142,12 @@ Templates:
                                network unless --network or --allow-domain say otherwise;
                                unchanged steps come from the cache
   template rm NAME...          delete templates
+
+Warm pools (creates of a pool's shape, or with --pool NAME, take a ready sandbox):
+  pool set NAME --template T [--runtime R] [--cpus N] [--memory M] [--pids N]
+           [--disk D] [--network MODE] --size N      define or change a pool
+  pool ls                      list pools with their ready sandboxes
+  pool rm NAME...              delete pools and their unclaimed sandboxes
 
 Daemon:
   server [flags]               run the daemon
@@ -201,10 +210,12 @@ type createFlags struct {
 	timeout           string
 	env, metadata     multiFlag
 	net               networkFlags
+	pool              string
+	timers            timerFlags
 }
 
 func (f *createFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.template, "template", "default", "template to start from")
+	fs.StringVar(&f.template, "template", "", "template to start from (default: default, or the pool's with --pool)")
 	fs.StringVar(&f.runtime, "runtime", "", "isolation runtime (default: the daemon's)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5 (default: the daemon's)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (default: the daemon's)")
@@ -214,11 +225,22 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.env, "e", "environment variable KEY=VALUE (repeatable)")
 	fs.Var(&f.metadata, "metadata", "metadata KEY=VALUE (repeatable)")
 	f.net.register(fs, "network")
+	fs.StringVar(&f.pool, "pool", "", "warm pool to take the sandbox from (default: a pool of the same shape, if any)")
+	f.timers.register(fs)
 }
 
 func (f *createFlags) options() (corral.CreateOptions, error) {
-	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy()}
-	var err error
+	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy(), Pool: f.pool}
+	if opts.Template == "" && opts.Pool == "" {
+		opts.Template = "default"
+	}
+	idle, err := f.timers.apply(&opts.OnDeadline, &opts.OnIdle)
+	if err != nil {
+		return opts, err
+	}
+	if idle != nil {
+		opts.IdleTimeout = *idle
+	}
 	if opts.MemoryMB, err = parseMB("memory", f.memory); err != nil {
 		return opts, err
 	}

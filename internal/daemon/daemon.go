@@ -106,8 +106,13 @@ type Config struct {
 	// Admission bounds the sandboxes the daemon accepts: host capacity,
 	// per API key limits and a wait queue (sandbox.Admission; zero: none).
 	Admission sandbox.Admission
-	Version   string
-	Logger    *slog.Logger
+	// Pools are warm pools defined (or changed) at every start, next to
+	// those defined through the API, which the store keeps.
+	// PoolConcurrency bounds the pool sandboxes made at once (default 2).
+	Pools           []sandbox.Pool
+	PoolConcurrency int
+	Version         string
+	Logger          *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -265,6 +270,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Admission:      cfg.Admission,
 		Metrics:        reg,
 		Logger:         d.log,
+
+		PoolConcurrency: cfg.PoolConcurrency,
 	})
 	if err != nil {
 		return nil, err
@@ -273,6 +280,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.manager = nil
 		return nil, fmt.Errorf("reconciling sandboxes: %w", err)
 	}
+	d.setPools(ctx, cfg.Pools)
 	if err := d.openImages(); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package daemon
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/corralrun/corral/internal/sandbox"
 )
 
@@ -77,5 +79,30 @@ func TestDefaultDiskNeedsBtrfs(t *testing.T) {
 	c.Storage = "btrfs"
 	if err := c.setDefaults(); err != nil {
 		t.Errorf("btrfs: %v", err)
+	}
+}
+
+func TestPoolsFlag(t *testing.T) {
+	var got []sandbox.Pool
+	f := poolsFlag{&got}
+	for _, s := range []string{
+		"name=py,template=default,runtime=gvisor,size=8,cpus=0.5,memory=256M,pids=64,network=open",
+		"name=bb,template=bb",
+	} {
+		if err := f.Set(s); err != nil {
+			t.Fatalf("Set(%q): %v", s, err)
+		}
+	}
+	want := []sandbox.Pool{
+		{Name: "py", Template: "default", Runtime: "gvisor", Size: 8, MilliCPUs: 500, MemoryBytes: 256 << 20, Pids: 64, Network: "open"},
+		{Name: "bb", Template: "bb", Size: 1},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("pools (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"name=x", "template=t", "name=x,template=t,size=-1", "name=x,template=t,color=red", "name=x,template=t,memory=lots", "name=x,,template=t"} {
+		if err := f.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
 	}
 }

@@ -63,6 +63,8 @@ func Main(args []string, version string) int {
 	fs.IntVar(&cfg.Admission.MaxPerPrincipal, "max-per-key", 0, "most sandboxes one API key (or the unix socket) may have or be creating at once; more answer 429 (0: no limit)")
 	fs.IntVar(&cfg.Admission.QueueLength, "admission-queue", 0, "creates that may wait for capacity instead of failing at once (needs --admission-wait)")
 	fs.DurationVar(&cfg.Admission.MaxWait, "admission-wait", 0, "longest a create waits in the admission queue before 503 busy")
+	fs.IntVar(&cfg.PoolConcurrency, "pool-concurrency", 2, "warm pool sandboxes created at once, over all pools")
+	fs.Var(poolsFlag{&cfg.Pools}, "pool", "warm pool name=NAME,template=T[,runtime=R][,size=N][,cpus=C][,memory=M][,pids=N][,disk=D][,network=MODE] (repeatable)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -177,7 +177,7 @@ func (a *admitter) reserve(ctx context.Context, id string, c claim) error {
 		a.mu.Unlock()
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus %d millicpus exceed the host's capacity for sandboxes (%d millicpus)", c.cpu, a.cpuCap)
 	}
-	if n := a.cfg.MaxPerPrincipal; n > 0 && a.perKey[c.principal] >= n {
+	if n := a.cfg.MaxPerPrincipal; n > 0 && c.principal != poolPrincipal && a.perKey[c.principal] >= n {
 		a.mu.Unlock()
 		a.onRefuse(RefusedPrincipal)
 		return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrResourceExhausted,
@@ -231,6 +231,57 @@ func (a *admitter) reserve(ctx context.Context, id string, c claim) error {
 	a.onQueue(len(a.queue))
 	a.dispatch() // the head may have been the one blocking the others
 	return err
+}
+
+// poolPrincipal holds the claims of unclaimed warm pool members: they
+// count against host capacity, and against a caller's limit only once
+// claimed (reserveKey, assign). No API key maps to it.
+const poolPrincipal = "\x00pool"
+
+// claimOf returns the claim sandbox sb holds.
+func claimOf(sb Sandbox) claim {
+	p := sb.Owner
+	if sb.Pool != "" {
+		p = poolPrincipal
+	}
+	return claim{p, sb.MemoryBytes, sb.MilliCPUs}
+}
+
+// reserveKey counts one more sandbox for principal p, a claim from a warm
+// pool about to be handed out, or refuses it over the per-caller limit.
+// The caller then calls assign, or unreserveKey when no member was taken.
+func (a *admitter) reserveKey(p string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := a.cfg.MaxPerPrincipal; n > 0 && a.perKey[p] >= n {
+		a.onRefuse(RefusedPrincipal)
+		return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrResourceExhausted,
+			"too many sandboxes for this caller (API key, or the unix socket): at most %d may exist or be in creation at once", n), a.cfg.RetryAfter)
+	}
+	a.perKey[p]++
+	return nil
+}
+
+// unreserveKey gives back what reserveKey took.
+func (a *admitter) unreserveKey(p string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.dropKey(p)
+}
+
+// assign moves pool member id's claim to principal p, for whom
+// reserveKey counted it already.
+func (a *admitter) assign(id, p string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.held[id]
+	if !ok { // gone meanwhile: nothing holds what reserveKey counted
+		a.dropKey(p)
+		return
+	}
+	a.dropKey(c.principal)
+	c.principal = p
+	a.held[id] = c
 }
 
 // busy returns the refusal of host capacity for reason.

@@ -13,6 +13,7 @@ type memStore struct {
 	mu        sync.Mutex
 	sandboxes map[string]Sandbox
 	templates map[string]Template
+	pools     map[string]Pool
 	failPut   func(Sandbox) error
 }
 

@@ -84,6 +84,9 @@ type Config struct {
 	// events (a new bus when nil).
 	Metrics *metrics.Registry
 	Events  *events.Bus
+	// PoolConcurrency bounds how many warm pool members are made at once
+	// (default 2; pool.go).
+	PoolConcurrency int
 }
 
 // Manager creates, tracks, times out and destroys sandboxes. It is safe for
@@ -111,6 +114,8 @@ type Manager struct {
 	bus   *events.Bus
 	met   *Metrics
 	usage usageCache
+	pools pools     // warm pools (pool.go)
+	life  lifecycle // idle and deadline actions (lifecycle.go)
 }
 
 // entry is the Manager's live view of one sandbox. op serializes lifecycle
@@ -122,6 +127,8 @@ type entry struct {
 	// netEnv is the proxy environment of the sandbox's network, the
 	// lowest layer of every process's environment.
 	netEnv []string
+	// act tracks exec, file and PTY activity for the idle timeout.
+	act activity
 }
 
 // New validates cfg and returns a Manager; call Start to load state.
@@ -195,11 +202,15 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return err
 	}
-	for _, sb := range m.List(Filter{}) {
-		m.adm.hold(sb.ID, claim{sb.Owner, sb.MemoryBytes, sb.MilliCPUs})
+	for _, sb := range m.List(Filter{Pooled: true}) {
+		m.adm.hold(sb.ID, claimOf(sb))
 	}
-	m.wg.Add(1)
+	if err := m.loadPools(ctx); err != nil {
+		return err
+	}
+	m.wg.Add(2)
 	go m.reapLoop()
+	go m.poolLoop()
 	return nil
 }
 
@@ -240,14 +251,27 @@ type RuntimeInfo struct {
 // Create makes a sandbox and returns it running. It records the sandbox
 // before acquiring anything, and on failure (including ctx being canceled)
 // releases everything it acquired and forgets the sandbox.
+//
+// A spec that matches a warm pool (pool.go) gets a sandbox from it when one
+// is ready, and a cold create otherwise.
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	spec, sb, claimed, err := m.claim(ctx, spec)
+	if err != nil || claimed {
+		return sb, err
+	}
 	sb, drv, err := m.admit(spec)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	// Admission before anything is acquired; forget gives the claim back.
 	sb.Owner = principalOf(ctx)
-	if err := m.adm.reserve(ctx, sb.ID, claim{sb.Owner, sb.MemoryBytes, sb.MilliCPUs}); err != nil {
+	return m.create(ctx, sb, drv)
+}
+
+// create makes the admitted sandbox sb on drv (see Create): a user's, or a
+// warm pool member.
+func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver) (Sandbox, error) {
+	// Admission before anything is acquired; forget gives the claim back.
+	if err := m.adm.reserve(ctx, sb.ID, claimOf(sb)); err != nil {
 		return Sandbox{}, err
 	}
 	e := &entry{sb: sb}
@@ -387,6 +411,10 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 	if err != nil {
 		return Sandbox{}, nil, err
 	}
+	life, err := m.admitLifecycle(drv, Lifecycle{IdleTimeout: &spec.IdleTimeout, OnDeadline: spec.OnDeadline, OnIdle: spec.OnIdle})
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
 	return Sandbox{
 		ID:          newID(),
 		Template:    spec.Template,
@@ -401,6 +429,9 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 		CreatedAt:   now.UTC(),
 		Deadline:    deadline,
 		Network:     policy,
+		IdleTimeout: *life.IdleTimeout,
+		OnDeadline:  life.OnDeadline,
+		OnIdle:      life.OnIdle,
 	}, drv, nil
 }
 
@@ -467,7 +498,7 @@ func (m *Manager) Get(id string) (Sandbox, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || e.sb.Pool != "" {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	return e.sb.clone(), nil
@@ -615,12 +646,13 @@ func (m *Manager) Agent(id string) (*agent.Client, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || e.sb.Pool != "" {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {
 		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
 	}
+	e.act.touch(m.cfg.Now())
 	return e.agent, nil
 }
 
@@ -642,6 +674,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 		req.MaxOutputBytes = m.cfg.ExecOutput
 	}
 
+	defer m.busy(e)()
 	drv := m.drivers[runtime]
 	start, started := time.Now(), false
 	before, statsErr := drv.Stats(ctx, id)
@@ -684,12 +717,13 @@ func (m *Manager) running(id string, req *wire.ExecRequest) (*entry, *agent.Clie
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || e.sb.Pool != "" {
 		return nil, nil, "", errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {
 		return nil, nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
 	}
+	e.act.touch(m.cfg.Now())
 	m.withDefaults(e.sb, req)
 	withNetworkEnv(e, req)
 	return e, e.agent, e.sb.Runtime, nil
@@ -794,6 +828,9 @@ func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(
 
 // DeleteTemplate removes a template that no sandbox uses.
 func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	if err := m.checkNoPoolUses(name); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	if _, ok := m.templates[name]; !ok {
 		m.mu.Unlock()

@@ -105,7 +105,7 @@ func (h *harness) start(t *testing.T) {
 	}
 	h.m = m
 	t.Cleanup(func() {
-		for _, sb := range m.List(Filter{}) {
+		for _, sb := range m.List(Filter{Pooled: true}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()

@@ -10,10 +10,9 @@ import (
 )
 
 // Metrics are the instruments the Manager and its helpers feed. The pool
-// fields are registered (and read 0) whether or not pools exist; warm
-// pools feed them through Manager.Metrics: PoolSize.Set after a fill or a
-// claim, PoolHits.Inc and ClaimSeconds.Observe when a create is served from
-// a pool, PoolMisses.Inc when it is not.
+// fields are registered (and read 0) whether or not pools exist; a claim
+// (pool.go) counts a hit and observes ClaimSeconds, or counts a miss. The
+// pool sizes are read at each scrape (corral_pool_size).
 type Metrics struct {
 	// CreateSeconds: cold creates that succeeded, by runtime.
 	CreateSeconds *metrics.Histogram
@@ -22,8 +21,6 @@ type Metrics struct {
 	ExecStartSeconds *metrics.Histogram
 	// ClaimSeconds: creates served from a warm pool, by runtime.
 	ClaimSeconds *metrics.Histogram
-	// PoolSize: warm sandboxes ready to be claimed, over all pools.
-	PoolSize *metrics.Gauge
 	// PoolHits and PoolMisses: creates a pool could and could not serve.
 	PoolHits, PoolMisses *metrics.Counter
 	// AdmissionRefusals: creates refused by admission control, by reason
@@ -48,7 +45,6 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		CreateSeconds:     r.Histogram("corral_create_seconds", "Time to create a sandbox from scratch, by runtime.", nil, "runtime"),
 		ExecStartSeconds:  r.Histogram("corral_exec_start_seconds", "Time from an exec request to its process running, by runtime.", nil, "runtime"),
 		ClaimSeconds:      r.Histogram("corral_pool_claim_seconds", "Time to serve a create from a warm pool, by runtime.", nil, "runtime"),
-		PoolSize:          r.Gauge("corral_pool_size", "Warm sandboxes ready to be claimed."),
 		PoolHits:          r.Counter("corral_pool_hits_total", "Creates served from a warm pool."),
 		PoolMisses:        r.Counter("corral_pool_misses_total", "Creates a warm pool could not serve."),
 		AdmissionRefusals: r.Counter("corral_admission_refusals_total", "Creates refused by admission control, by reason.", "reason"),
@@ -74,6 +70,13 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		emit(float64(count), "sandboxes")
 		emit(float64(mem), "memory_bytes")
 		emit(float64(cpu), "millicpus")
+	})
+	r.GaugeFunc("corral_pool_size", "Warm sandboxes ready to be claimed, by pool.", []string{"pool"}, func(_ context.Context, emit metrics.Emit) {
+		m.pools.mu.Lock()
+		defer m.pools.mu.Unlock()
+		for name, p := range m.pools.m {
+			emit(float64(len(p.ready)), name)
+		}
 	})
 	r.GaugeFunc("corral_event_subscribers", "Open lifecycle event streams.", nil, func(_ context.Context, emit metrics.Emit) {
 		emit(float64(m.bus.Subscribers()))

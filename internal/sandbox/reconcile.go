@@ -3,11 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/corralrun/corral/internal/driver"
-	"github.com/corralrun/corral/internal/events"
 )
 
 // reconcile makes memory, the store and the host agree after a start:
@@ -135,7 +133,8 @@ func (m *Manager) reconcileTemplates(ctx context.Context) error {
 	return nil
 }
 
-// reapLoop destroys sandboxes whose deadline passed, until Close.
+// reapLoop fires the lifecycle timers that are due (reapExpired), until
+// Close.
 func (m *Manager) reapLoop() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.ReapInterval)
@@ -148,34 +147,4 @@ func (m *Manager) reapLoop() {
 			m.reapExpired()
 		}
 	}
-}
-
-// reapExpired deletes every sandbox past its deadline, a few at a time.
-func (m *Manager) reapExpired() {
-	now := m.cfg.Now()
-	var expired []string
-	m.mu.RLock()
-	for id, e := range m.sandboxes {
-		if !e.sb.Deadline.IsZero() && now.After(e.sb.Deadline) && e.sb.State != StateCreating {
-			expired = append(expired, id)
-		}
-	}
-	m.mu.RUnlock()
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for _, id := range expired {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			m.log.Info("sandbox deadline passed", "sandbox_id", id)
-			if sb, err := m.Get(id); err == nil {
-				m.emit(events.Timeout, sb, nil)
-			}
-			if err := m.Delete(context.Background(), id); err != nil {
-				m.log.Error("deleting expired sandbox", "sandbox_id", id, "err", err)
-			}
-		}()
-	}
-	wg.Wait()
 }

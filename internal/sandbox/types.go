@@ -28,6 +28,15 @@ type Spec struct {
 	// allowlist when the policy has rules and the Manager's default mode
 	// otherwise.
 	Network egress.Policy
+	// Pool names a warm pool to claim from (pool.go); empty claims from a
+	// pool whose shape equals the spec's, if any.
+	Pool string
+	// IdleTimeout, when positive, fires OnIdle after that long without
+	// exec, file or PTY activity (lifecycle.go). OnDeadline and OnIdle
+	// are ActionDestroy when empty.
+	IdleTimeout time.Duration
+	OnDeadline  Action
+	OnIdle      Action
 }
 
 // Sandbox is the Manager's record of one sandbox, as persisted in the store.
@@ -56,6 +65,15 @@ type Sandbox struct {
 	// holds the values of injected headers: show it through a redacting
 	// view only. Records of sandboxes made before networks have no Mode.
 	Network egress.Policy `json:"network,omitzero"`
+	// Pool names the warm pool that holds the sandbox until a create
+	// claims it; claimed and ordinary sandboxes have none. Pool members
+	// are hidden from users (see pool.go).
+	Pool string `json:"pool,omitempty"`
+	// IdleTimeout, OnDeadline and OnIdle are the sandbox's lifecycle
+	// timers (lifecycle.go).
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	OnDeadline  Action        `json:"on_deadline,omitempty"`
+	OnIdle      Action        `json:"on_idle,omitempty"`
 }
 
 // clone returns a deep copy, so callers never share maps with the Manager.
@@ -101,9 +119,15 @@ type Template struct {
 type Filter struct {
 	State    State
 	Metadata map[string]string
+	// Pooled includes unclaimed warm pool members, which are left out
+	// otherwise.
+	Pooled bool
 }
 
 func (f Filter) match(s Sandbox) bool {
+	if s.Pool != "" && !f.Pooled {
+		return false
+	}
 	if f.State != 0 && s.State != f.State {
 		return false
 	}

@@ -65,6 +65,7 @@ func (s *Server) attachProcess(w http.ResponseWriter, r *http.Request) {
 		}
 		conn.SetReadLimit(attachReadLimit)
 		a := &attachment{conn: conn, ag: ag, pid: pid, log: s.log}
+		defer s.m.Active(r.PathValue("id"))() // an open session holds off the idle timeout
 		a.run(r.Context(), from)
 		return 0, nil, nil
 	})(w, r)

@@ -88,7 +88,7 @@ func TestEventsAndMetricsOverHTTP(t *testing.T) {
 		{"corral_exec_start_seconds_count", []string{"runtime", "fake"}, 1},
 		{"corral_admission_refusals_total", []string{"reason", sandbox.RefusedSandboxes}, 1},
 		{"corral_admission_committed", []string{"resource", "memory_bytes"}, 128 << 20},
-		{"corral_pool_size", nil, 0},
+		{"corral_pool_misses_total", nil, 0},
 		{"corral_pool_hits_total", nil, 0},
 	}
 	for _, ck := range checks {

@@ -202,6 +202,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"AttachControl":        {AttachControl{}},
 		"AttachEvent":          {AttachEvent{}},
 		"Event":                {events.Event{}},
+		"PoolRequest":          {PoolRequest{}},
+		"Pool":                 {PoolView{}},
 	}
 	// Health is written from a map literal, not a struct.
 	untyped := map[string]bool{"Health": true}

@@ -123,6 +123,10 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/templates/{name}", s.deleteTemplate},
 		{"GET /v1/events", s.events},
 		{"GET /metrics", s.metrics},
+		{"GET /v1/pools", s.listPools},
+		{"GET /v1/pools/{name}", s.getPool},
+		{"PUT /v1/pools/{name}", s.setPool},
+		{"DELETE /v1/pools/{name}", s.deletePool},
 	}
 }
 
@@ -200,8 +204,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, err)
 		return
 	}
-	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || req.DiskMB < 0 || (req.Timeout != nil && *req.Timeout < 0) {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb and timeout must not be negative"))
+	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || req.DiskMB < 0 || (req.Timeout != nil && *req.Timeout < 0) || req.IdleTimeout < 0 {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb, timeout and idle_timeout must not be negative"))
 		return
 	}
 	spec := req.spec()

@@ -67,7 +67,7 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 	t.Cleanup(func() {
 		c.Close()
 		ts.Close()
-		for _, sb := range m.List(sandbox.Filter{}) {
+		for _, sb := range m.List(sandbox.Filter{Pooled: true}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()

@@ -25,6 +25,11 @@ type SandboxView struct {
 	Deadline  *time.Time        `json:"deadline,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	Network   *NetworkPolicy    `json:"network,omitempty"`
+	// IdleTimeout (seconds), OnDeadline and OnIdle are the lifecycle
+	// timers (0: no idle timeout).
+	IdleTimeout int64  `json:"idle_timeout,omitempty"`
+	OnDeadline  string `json:"on_deadline,omitempty"`
+	OnIdle      string `json:"on_idle,omitempty"`
 }
 
 func viewOf(sb sandbox.Sandbox) SandboxView {
@@ -41,6 +46,10 @@ func viewOf(sb sandbox.Sandbox) SandboxView {
 		CreatedAt: sb.CreatedAt,
 		Error:     sb.Error,
 		Network:   networkView(sb.Network),
+
+		IdleTimeout: int64(sb.IdleTimeout / time.Second),
+		OnDeadline:  string(sb.OnDeadline),
+		OnIdle:      string(sb.OnIdle),
 	}
 	if !sb.Deadline.IsZero() {
 		d := sb.Deadline
@@ -63,6 +72,15 @@ type CreateRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Network  *NetworkPolicy    `json:"network,omitempty"`
+	// Pool names a warm pool to claim from; without it a pool of the
+	// request's shape is used when one has a sandbox ready.
+	Pool string `json:"pool,omitempty"`
+	// IdleTimeout (seconds, 0: none) fires OnIdle after that long without
+	// exec, file or PTY activity; OnDeadline and OnIdle are "destroy"
+	// (default) or "pause".
+	IdleTimeout int64  `json:"idle_timeout,omitempty"`
+	OnDeadline  string `json:"on_deadline,omitempty"`
+	OnIdle      string `json:"on_idle,omitempty"`
 }
 
 func (r CreateRequest) spec() sandbox.Spec {
@@ -75,6 +93,10 @@ func (r CreateRequest) spec() sandbox.Spec {
 		DiskBytes:   r.DiskMB << 20,
 		Env:         r.Env,
 		Metadata:    r.Metadata,
+		Pool:        r.Pool,
+		IdleTimeout: time.Duration(r.IdleTimeout) * time.Second,
+		OnDeadline:  sandbox.Action(r.OnDeadline),
+		OnIdle:      sandbox.Action(r.OnIdle),
 	}
 	if r.Timeout != nil {
 		d := time.Duration(*r.Timeout) * time.Second

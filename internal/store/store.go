@@ -1,4 +1,4 @@
-// Package store persists Corral's records (sandboxes, templates) in SQLite
+// Package store persists Corral's records (sandboxes, templates, pools) in SQLite
 // (modernc.org/sqlite, pure Go) under the state directory. It is the source
 // of truth that a restarted daemon reconciles the host against. It stores
 // records; it does not decide anything about them.
@@ -30,6 +30,10 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	data  TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS templates (
+	name TEXT PRIMARY KEY,
+	data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pools (
 	name TEXT PRIMARY KEY,
 	data TEXT NOT NULL
 );

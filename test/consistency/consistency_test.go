@@ -84,6 +84,8 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"process", corral.Process{}, wire.ProcessInfo{}},
 		{"pty size", corral.PTYSize{}, wire.PTYSize{}},
 		{"watch event", corral.WatchEvent{}, wire.WatchEvent{}},
+		{"pool", corral.Pool{}, server.PoolView{}},
+		{"pool options", corral.PoolOptions{}, server.PoolRequest{}},
 	}
 	for _, p := range pairs {
 		t.Run(p.name, func(t *testing.T) {

@@ -72,7 +72,7 @@ func TestEventsAndMetrics(t *testing.T) {
 		{"corral_exec_start_seconds_bucket", []string{"runtime", "runc", "le", "+Inf"}, 3},
 		{"corral_pool_hits_total", nil, 0},
 		{"corral_pool_misses_total", nil, 0},
-		{"corral_pool_size", nil, 0},
+		{"corral_pool_misses_total", nil, 0},
 	})
 	if v, ok := s.Get("corral_sandbox_memory_bytes", "sandbox_id", sb.ID, "runtime", "runc"); !ok || v <= 0 {
 		t.Errorf("memory of %s = %v (present %v), want > 0", sb.ID, v, ok)

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// PoolRequest is the body of PUT /v1/pools/{name}: the shape of the pool's
+// sandboxes and how many it keeps ready. Omitted resources take the
+// server's defaults, an omitted runtime and network mode the server's
+// default ones.
+type PoolRequest struct {
+	Template string  `json:"template"`
+	Runtime  string  `json:"runtime,omitempty"`
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Pids     int64   `json:"pids,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+	Network  string  `json:"network,omitempty"`
+	Size     int     `json:"size"`
+}
+
+// PoolView is a warm pool as the API shows it.
+type PoolView struct {
+	Name     string     `json:"name"`
+	Template string     `json:"template"`
+	Runtime  string     `json:"runtime"`
+	CPUs     float64    `json:"cpus"`
+	MemoryMB int64      `json:"memory_mb"`
+	Pids     int64      `json:"pids"`
+	DiskMB   int64      `json:"disk_mb,omitempty"`
+	Network  string     `json:"network"`
+	Size     int        `json:"size"`
+	Ready    int        `json:"ready"`
+	Filling  int        `json:"filling"`
+	Error    string     `json:"error,omitempty"`
+	RetryAt  *time.Time `json:"retry_at,omitempty"`
+}
+
+func poolView(st sandbox.PoolStatus) PoolView {
+	v := PoolView{
+		Name: st.Name, Template: st.Template, Runtime: st.Runtime, CPUs: float64(st.MilliCPUs) / 1000,
+		MemoryMB: st.MemoryBytes >> 20, Pids: st.Pids, DiskMB: st.DiskBytes >> 20, Network: string(st.Network),
+		Size: st.Size, Ready: st.Ready, Filling: st.Filling, Error: st.Error,
+	}
+	if !st.RetryAt.IsZero() {
+		t := st.RetryAt
+		v.RetryAt = &t
+	}
+	return v
+}
+
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
+	list := s.m.Pools()
+	out := make([]PoolView, len(list))
+	for i, st := range list {
+		out[i] = poolView(st)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
+	st, err := s.m.PoolStatus(r.PathValue("name"))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, poolView(st))
+}
+
+func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
+	var req PoolRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || req.DiskMB < 0 {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids and disk_mb must not be negative"))
+		return
+	}
+	st, err := s.m.SetPool(r.Context(), sandbox.Pool{
+		Name:        r.PathValue("name"),
+		Template:    req.Template,
+		Runtime:     req.Runtime,
+		MilliCPUs:   int64(math.Round(req.CPUs * 1000)),
+		MemoryBytes: req.MemoryMB << 20,
+		Pids:        req.Pids,
+		DiskBytes:   req.DiskMB << 20,
+		Network:     egress.Mode(req.Network),
+		Size:        req.Size,
+	})
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, poolView(st))
+}
+
+func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.RemovePool(r.Context(), r.PathValue("name")); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
