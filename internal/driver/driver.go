@@ -114,6 +114,13 @@ type Driver interface {
 	Close() error
 }
 
+// OOMCounter is implemented by drivers that read an instance's OOM-kill
+// count (Stats.OOMKills) more cheaply than all of Stats. The Manager reads
+// it around every exec to tell an OOM kill from another SIGKILL.
+type OOMCounter interface {
+	OOMKills(ctx context.Context, id string) (int64, error)
+}
+
 // Pauser freezes and thaws all processes of an instance.
 type Pauser interface {
 	Pause(ctx context.Context, id string) error

@@ -677,14 +677,14 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	defer m.busy(e)()
 	drv := m.drivers[runtime]
 	start, started := time.Now(), false
-	before, statsErr := drv.Stats(ctx, id)
+	before, oomErr := oomKills(ctx, drv, id)
 	err = client.Exec(ctx, req, func(ev wire.ExecEvent) error {
 		if !started && ev.Type == wire.EventStart {
 			started = true
 			m.met.ExecStartSeconds.Observe(time.Since(start).Seconds(), runtime)
 		}
-		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && statsErr == nil {
-			if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
+		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && oomErr == nil {
+			if after, err := oomKills(ctx, drv, id); err == nil && after > before {
 				ev.OOMKilled = true
 			}
 		}
@@ -694,6 +694,16 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 		m.checkAlive(context.WithoutCancel(ctx), e)
 	}
 	return err
+}
+
+// oomKills reads instance id's OOM-kill count, through
+// driver.OOMCounter where drv has it (Stats of gVisor asks the agent too).
+func oomKills(ctx context.Context, drv driver.Driver, id string) (int64, error) {
+	if c, ok := drv.(driver.OOMCounter); ok {
+		return c.OOMKills(ctx, id)
+	}
+	st, err := drv.Stats(ctx, id)
+	return st.OOMKills, err
 }
 
 // StartProcess starts a process that outlives the request (see

@@ -352,6 +352,11 @@ func testInstanceOOM(t *testing.T, s *suite, id, script string) {
 	if st.OOMKills < 1 {
 		t.Errorf("Stats.OOMKills = %d after an OOM kill, want >= 1", st.OOMKills)
 	}
+	if c, ok := s.d.(driver.OOMCounter); ok {
+		if n, err := c.OOMKills(t.Context(), id); err != nil || n != st.OOMKills {
+			t.Errorf("OOMKills = %d, %v; want Stats.OOMKills %d", n, err, st.OOMKills)
+		}
+	}
 	if err := s.d.Delete(t.Context(), id); err != nil {
 		t.Fatalf("Delete of an instance killed by OOM: %v", err)
 	}

@@ -505,6 +505,18 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	return s, nil
 }
 
+// OOMKills reads the OOM-kill count of instance id's cgroup.
+func (d *Driver) OOMKills(ctx context.Context, id string) (int64, error) {
+	if err := ocirt.CheckID(id); err != nil {
+		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
+	}
+	n, err := d.cgroup(id).OOMKills()
+	if err != nil {
+		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
+	}
+	return n, nil
+}
+
 // Pause freezes every process of the container (cgroup freezer).
 func (d *Driver) Pause(ctx context.Context, id string) error {
 	return d.simple(ctx, "pausing", id, "pause")

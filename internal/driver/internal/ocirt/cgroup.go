@@ -93,6 +93,15 @@ func (c Cgroup) Stats() (driver.Stats, error) {
 	return s, err
 }
 
+// OOMKills reads only the cgroup's OOM-kill count: one file, for the
+// check around every exec (Stats reads four).
+func (c Cgroup) OOMKills() (int64, error) {
+	if c.V2 {
+		return ReadKey(filepath.Join(c.Dir(""), "memory.events"), "oom_kill")
+	}
+	return ReadKey(filepath.Join(c.Dir("memory"), "memory.oom_control"), "oom_kill")
+}
+
 // ReadInt reads a cgroup file that holds one number.
 func ReadInt(name string) (int64, error) {
 	b, err := os.ReadFile(name)
