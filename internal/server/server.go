@@ -48,11 +48,13 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// ports forwards /v1/sandboxes/{id}/ports/{port}/ (ports.go).
+	ports *PortProxy
 }
 
 // New returns a Server with every route registered.
 func New(cfg Config) *Server {
-	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), ports: NewPortProxy(cfg.Manager)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -72,7 +74,7 @@ type route struct {
 
 // routes lists every endpoint; a test checks it against the OpenAPI file.
 func (s *Server) routes() []route {
-	return []route{
+	return append([]route{
 		{"GET /v1/health", s.health},
 		{"GET /v1/version", s.version},
 		{"GET /v1/openapi.json", s.openapi},
@@ -113,7 +115,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/templates/{name}/build", s.buildTemplate},
 		{"POST /v1/templates/{name}/pull", s.pullTemplate},
 		{"DELETE /v1/templates/{name}", s.deleteTemplate},
-	}
+	}, s.portRoutes()...)
 }
 
 // Handler returns the API handler without authentication (for the
@@ -136,6 +138,12 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			wire.WriteError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
 			return
+		}
+		// The key goes no further: a request forwarded to a sandbox's
+		// port must not carry it in.
+		r.Header.Del("X-API-Key")
+		if r.Header.Get("Authorization") == "Bearer "+apiKey {
+			r.Header.Del("Authorization")
 		}
 		s.mux.ServeHTTP(w, r)
 	}), nil

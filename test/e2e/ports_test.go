@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/corralrun/corral/internal/testutil"
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// TestPorts forwards HTTP and a WebSocket through the daemon to servers in
+// real sandboxes: on runc in every network mode (servers bound to
+// loopback included), on gVisor through a managed network, with a clear
+// error for gVisor in mode none, a closed port and an unknown sandbox.
+// Over TCP the API key is required and not passed on to the sandbox.
+func TestPorts(t *testing.T) {
+	requireHost(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	extra := []string{"--listen", addr, "--api-key", "portkey"}
+	if _, err := exec.LookPath("runsc"); err == nil {
+		extra = append(extra, "--runtimes", "gvisor")
+	}
+	d := startDaemon(t, "overlay", extra...)
+	tcp, err := corral.New("http://"+addr, "portkey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+
+	for _, tt := range []struct {
+		runtime, mode string
+		wantCode      string // of a request when the port is unreachable by design
+	}{
+		{"runc", "none", ""},
+		{"runc", "allowlist", ""},
+		{"gvisor", "allowlist", ""},
+		{"gvisor", "open", ""},
+		{"gvisor", "none", "failed_precondition"},
+	} {
+		t.Run(tt.runtime+"/"+tt.mode, func(t *testing.T) {
+			if tt.runtime == "gvisor" {
+				testutil.RequiresBinary(t, "runsc")
+			}
+			sb := d.create(t, corral.CreateOptions{Runtime: tt.runtime, Network: &corral.NetworkPolicy{Mode: tt.mode}})
+			d.installNettool(t, sb.ID)
+			if _, err := d.client.StartProcess(t.Context(), sb.ID, corral.StartOptions{Cmd: []string{nettoolPath, "serve", "8000"}}); err != nil {
+				t.Fatal(err)
+			}
+			// busybox httpd bound to loopback only.
+			if _, err := d.client.StartProcess(t.Context(), sb.ID, corral.StartOptions{
+				Shell: "mkdir -p /work/www && echo loopback-page > /work/www/index.html && exec httpd -f -p 127.0.0.1:8001 -h /work/www",
+			}); err != nil {
+				t.Fatal(err)
+			}
+			get := func(c *corral.Client, port int, path string, hdr ...string) (int, string, error) {
+				req, err := http.NewRequestWithContext(t.Context(), "GET", c.PortURL(sb.ID, port)+path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i+1 < len(hdr); i += 2 {
+					req.Header.Set(hdr[i], hdr[i+1])
+				}
+				resp, err := c.PortClient().Do(req)
+				if err != nil {
+					return 0, "", err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b), err
+			}
+			// The server starts in the background: wait for it.
+			var status int
+			var body string
+			for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+				status, body, err = get(d.client, 8000, "hello%20there?x=1", "Authorization", "mine")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if status != http.StatusServiceUnavailable || time.Since(start) > 10*time.Second {
+					break
+				}
+			}
+			if tt.wantCode != "" {
+				if status != http.StatusConflict || !strings.Contains(body, tt.wantCode) || !strings.Contains(body, "mode none") {
+					t.Fatalf("GET: %d %q; want 409 %s", status, body, tt.wantCode)
+				}
+				return
+			}
+			if want := "sandbox server: GET /hello%20there?x=1 host=localhost:8000 auth=mine\n"; status != 200 || body != want {
+				t.Fatalf("GET: %d %q; want 200 %q", status, body, want)
+			}
+
+			// WebSocket echo, over the TCP listener with the key.
+			ctx := t.Context()
+			wsURL := "ws" + strings.TrimPrefix(tcp.PortURL(sb.ID, 8000), "http") + "ws"
+			conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: tcp.PortClient()})
+			if err != nil {
+				t.Fatalf("websocket dial %s: %v", wsURL, err)
+			}
+			defer conn.CloseNow()
+			for _, msg := range []string{"one", "two"} {
+				if err := conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+					t.Fatal(err)
+				}
+				_, got, err := conn.Read(ctx)
+				if err != nil || string(got) != "echo: "+msg {
+					t.Fatalf("websocket read: %q %v", got, err)
+				}
+			}
+			conn.Close(websocket.StatusNormalClosure, "")
+
+			// The key authenticates at the daemon and goes no further.
+			if status, body, err := get(tcp, 8000, ""); err != nil || status != 200 || !strings.Contains(body, "auth=\n") {
+				t.Errorf("GET over TCP: %d %q %v; want the key removed", status, body, err)
+			}
+			noKey, err := corral.New("http://"+addr, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer noKey.Close()
+			if status, body, err := get(noKey, 8000, ""); err != nil || status != 401 || strings.Contains(body, "sandbox server") {
+				t.Errorf("GET over TCP without the key: %d %q %v; want 401", status, body, err)
+			}
+
+			// Loopback-bound servers: reachable on runc, not on gVisor
+			// (its netstack is dialed through the veth).
+			status, body, err = get(d.client, 8001, "")
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case tt.runtime == "runc" && (status != 200 || body != "loopback-page\n"):
+				t.Errorf("loopback server on runc: %d %q", status, body)
+			case tt.runtime == "gvisor" && (status != 503 || !strings.Contains(body, "unavailable")):
+				t.Errorf("loopback server on gvisor: %d %q; want 503 unavailable", status, body)
+			}
+			// A closed port.
+			if status, body, err := get(d.client, 8009, ""); err != nil || status != 503 || !strings.Contains(body, "nothing listens on port 8009") {
+				t.Errorf("closed port: %d %q %v", status, body, err)
+			}
+
+			// The CLI prints the URL; curl fetches it over the socket.
+			out, errOut, code := d.corral("port", sb.ID, "8000")
+			u := strings.TrimSpace(out)
+			if code != 0 || !strings.HasSuffix(u, "/v1/sandboxes/"+sb.ID+"/ports/8000/") || !strings.Contains(errOut, "--unix-socket") {
+				t.Fatalf("corral port: %d %q %q", code, out, errOut)
+			}
+			if _, err := exec.LookPath("curl"); err == nil {
+				b, err := exec.Command("curl", "-sS", "--unix-socket", d.socket, u+"via-curl").CombinedOutput()
+				if err != nil || !strings.Contains(string(b), "GET /via-curl") {
+					t.Errorf("curl %s: %v %q", u, err, b)
+				}
+			}
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		for _, tt := range []struct {
+			path string
+			want int
+		}{
+			{"/v1/sandboxes/nosuchsandbox/ports/8000/", 404},
+			{"/v1/sandboxes/nosuchsandbox/ports/0/", 400},
+			{"/v1/sandboxes/nosuchsandbox/ports/http/", 400},
+		} {
+			resp, err := d.client.PortClient().Get("http://corral" + tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want || !strings.Contains(string(b), `"code"`) {
+				t.Errorf("%s: %d %q; want %d with an error body", tt.path, resp.StatusCode, b, tt.want)
+			}
+		}
+		if _, _, code := d.corral("port", "nosuchsandbox", "8000"); code == 0 {
+			t.Error("corral port of an unknown sandbox succeeded")
+		}
+	})
+}
