@@ -27,11 +27,17 @@ var portMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http
 type PortProxy struct {
 	m  *sandbox.Manager
 	rp *httputil.ReverseProxy
+	// writeError answers a request that could not be forwarded.
+	writeError func(http.ResponseWriter, error)
 }
 
-// NewPortProxy returns a PortProxy for m's sandboxes.
-func NewPortProxy(m *sandbox.Manager) *PortProxy {
-	p := &PortProxy{m: m}
+// NewPortProxy returns a PortProxy for m's sandboxes that answers failures
+// with writeError (nil: the API's error body, wire.WriteError).
+func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, error)) *PortProxy {
+	if writeError == nil {
+		writeError = wire.WriteError
+	}
+	p := &PortProxy{m: m, writeError: writeError}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			id, port, err := net.SplitHostPort(addr)
@@ -68,7 +74,7 @@ func NewPortProxy(m *sandbox.Manager) *PortProxy {
 				t := r.Context().Value(portTargetKey{}).(portTarget)
 				err = errdefs.Errorf(errdefs.ErrUnavailable, "forwarding to port %d of sandbox %s: %v", t.port, t.id, err)
 			}
-			wire.WriteError(w, err)
+			p.writeError(w, err)
 		},
 	}
 	return p
@@ -91,13 +97,13 @@ type portTarget struct {
 func (p *PortProxy) Forward(w http.ResponseWriter, r *http.Request, id string, port int, rawPath, prefix string) {
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q: %v", rawPath, err))
+		p.writeError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q: %v", rawPath, err))
 		return
 	}
 	// Fail before proxying when the sandbox is not there, so that the
 	// answer is a plain API error.
 	if _, err := p.m.Get(id); err != nil {
-		wire.WriteError(w, err)
+		p.writeError(w, err)
 		return
 	}
 	t := portTarget{id: id, port: port, path: path, prefix: prefix}

@@ -54,7 +54,7 @@ type Server struct {
 
 // New returns a Server with every route registered.
 func New(cfg Config) *Server {
-	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), ports: NewPortProxy(cfg.Manager)}
+	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), ports: NewPortProxy(cfg.Manager, nil)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

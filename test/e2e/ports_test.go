@@ -22,13 +22,8 @@ import (
 // Over TCP the API key is required and not passed on to the sandbox.
 func TestPorts(t *testing.T) {
 	requireHost(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	extra := []string{"--listen", addr, "--api-key", "portkey"}
+	addr, e2bAddr := freeAddr(t), freeAddr(t)
+	extra := []string{"--listen", addr, "--api-key", "portkey", "--e2b-listen", e2bAddr}
 	if _, err := exec.LookPath("runsc"); err == nil {
 		extra = append(extra, "--runtimes", "gvisor")
 	}
@@ -150,6 +145,31 @@ func TestPorts(t *testing.T) {
 				t.Errorf("closed port: %d %q %v", status, body, err)
 			}
 
+			// The E2B facade routes <port>-<id>.<domain> hosts to the port,
+			// with a credential.
+			for _, key := range []string{"portkey", ""} {
+				req, err := http.NewRequestWithContext(ctx, "GET", "http://"+e2bAddr+"/via-e2b", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Host = "8000-" + sb.ID + ".e2b.test"
+				if key != "" {
+					req.Header.Set("X-API-Key", key)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if key != "" && (resp.StatusCode != 200 || !strings.Contains(string(b), "GET /via-e2b host=localhost:8000 auth=\n")) {
+					t.Errorf("E2B host routing: %d %q", resp.StatusCode, b)
+				}
+				if key == "" && resp.StatusCode != 401 {
+					t.Errorf("E2B host routing without a credential: %d %q; want 401", resp.StatusCode, b)
+				}
+			}
+
 			// The CLI prints the URL; curl fetches it over the socket.
 			out, errOut, code := d.corral("port", sb.ID, "8000")
 			u := strings.TrimSpace(out)
@@ -187,4 +207,15 @@ func TestPorts(t *testing.T) {
 			t.Error("corral port of an unknown sandbox succeeded")
 		}
 	})
+}
+
+// freeAddr returns a loopback address with a port free at the time.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
