@@ -84,6 +84,7 @@ func New(cfg Config) *Server {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	s.watchers.close()
+	s.ports.CloseIdle()
 	return nil
 }
 

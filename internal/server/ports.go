@@ -27,6 +27,7 @@ var portMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http
 type PortProxy struct {
 	m  *sandbox.Manager
 	rp *httputil.ReverseProxy
+	tr *http.Transport
 	// writeError answers a request that could not be forwarded.
 	writeError func(http.ResponseWriter, error)
 }
@@ -37,7 +38,6 @@ func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, error
 	if writeError == nil {
 		writeError = wire.WriteError
 	}
-	p := &PortProxy{m: m, writeError: writeError}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			id, port, err := net.SplitHostPort(addr)
@@ -53,9 +53,10 @@ func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, error
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 	}
+	p := &PortProxy{m: m, writeError: writeError, tr: tr}
 	p.rp = &httputil.ReverseProxy{
 		Transport: tr,
-		// Rewrite is set per request by Forward, through the context.
+		// Forward puts each request's target in its context.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(portTargetKey{}).(portTarget)
 			pr.Out.URL.Scheme = "http"
@@ -79,6 +80,10 @@ func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, error
 	}
 	return p
 }
+
+// CloseIdle closes the idle connections to sandboxes (their goroutines
+// end as well). Connections in use are not affected.
+func (p *PortProxy) CloseIdle() { p.tr.CloseIdleConnections() }
 
 type portTargetKey struct{}
 
