@@ -9,8 +9,8 @@ import (
 // PortURL returns the URL at which the daemon forwards HTTP (and
 // WebSocket upgrades) to TCP port of sandbox id; append the path to it.
 // Over a unix socket the URL's host is a placeholder: send requests with
-// PortClient. The sandbox must be running; see the API reference for
-// which servers each runtime and network mode can reach.
+// PortClient. The sandbox must be running; the daemon connects to
+// 127.0.0.1:port inside it, in any network mode.
 func (c *Client) PortURL(id string, port int) string {
 	return c.base + "/v1/sandboxes/" + url.PathEscape(id) + "/ports/" + strconv.Itoa(port) + "/"
 }
