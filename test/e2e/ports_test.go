@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -204,4 +205,50 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// BenchmarkPortRoundTrip measures a GET forwarded by the daemon to a
+// server in a sandbox (SDK PortClient over the unix socket, the daemon's
+// reverse proxy with kept-alive connections, then runc's namespace dial or
+// gVisor's agent): the p50 and p99 per runtime.
+//
+//	go test -run '^$' -bench PortRoundTrip -benchtime 500x ./test/e2e
+func BenchmarkPortRoundTrip(b *testing.B) {
+	d := startDaemon(b, "overlay", "--runtimes", "gvisor")
+	for _, rt := range []string{"runc", "gvisor"} {
+		b.Run(rt, func(b *testing.B) {
+			sb := d.create(b, corral.CreateOptions{Runtime: rt})
+			d.installNettool(b, sb.ID)
+			if _, err := d.client.StartProcess(b.Context(), sb.ID, corral.StartOptions{Cmd: []string{nettoolPath, "serve", "8000"}}); err != nil {
+				b.Fatal(err)
+			}
+			hc, u := d.client.PortClient(), d.client.PortURL(sb.ID, 8000)
+			get := func() error {
+				resp, err := hc.Get(u)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				_, err = io.Copy(io.Discard, resp.Body)
+				if err == nil && resp.StatusCode != 200 {
+					err = errors.New(resp.Status)
+				}
+				return err
+			}
+			for start := time.Now(); get() != nil; time.Sleep(50 * time.Millisecond) {
+				if time.Since(start) > 10*time.Second {
+					b.Fatalf("server in %s never answered: %v", sb.ID, get())
+				}
+			}
+			samples := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				if err := get(); err != nil {
+					b.Fatal(err)
+				}
+				samples = append(samples, time.Since(start))
+			}
+			reportPercentiles(b, "", samples)
+		})
+	}
 }
