@@ -35,8 +35,9 @@ const maxJSONResponse = 64 << 20
 // be opened or that breaks wraps errdefs.ErrUnavailable; a canceled ctx
 // wraps ctx.Err().
 type Client struct {
-	tr *http.Transport
-	hc *http.Client
+	tr   *http.Transport
+	hc   *http.Client
+	dial func(ctx context.Context) (net.Conn, error) // for Connect
 }
 
 // New returns a client that opens connections with dial. dial is called
@@ -56,7 +57,7 @@ func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	return &Client{tr: tr, hc: &http.Client{Transport: tr}}
+	return &Client{tr: tr, hc: &http.Client{Transport: tr}, dial: dial}
 }
 
 // Close closes the idle connections. Requests in flight are not affected,

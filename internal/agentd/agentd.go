@@ -107,6 +107,7 @@ func NewServer(opts Options) *Server {
 	mux.HandleFunc("POST /processes/{pid}/signal", s.handleSignal)
 	mux.HandleFunc("POST /processes/{pid}/resize", s.handleResize)
 	mux.HandleFunc("GET /processes/{pid}/wait", s.handleWait)
+	mux.HandleFunc("GET /connect", s.handleConnect)
 	s.mux = mux
 	return s
 }

@@ -48,6 +48,12 @@
 //	POST   /processes/{pid}/signal  wire.SignalRequest -> 204 (to the process group)
 //	POST   /processes/{pid}/resize  wire.PTYSize -> 204 (PTY processes only)
 //	GET    /processes/{pid}/wait    -> wire.ProcessInfo once it exited (blocks)
+//
+// A sandbox port, for the daemon's port forwarding:
+//
+//	GET    /connect?port=N  with "Connection: Upgrade", "Upgrade: tcp"
+//	                                -> 101, then the connection carries the bytes
+//	                                   of a TCP connection to 127.0.0.1:N inside
 //	DELETE /processes/{pid}         kill the group if running, forget it -> 204
 //
 // Each process keeps the last 1 MiB of its output for re-attach; exited

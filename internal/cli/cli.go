@@ -72,6 +72,7 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"timeout":  c.timeout,
 		"update":   c.update,
 		"network":  c.network,
+		"port":     c.port,
 		"template": c.template,
 		"shell":    c.shell,
 		"attach":   c.attach,
@@ -111,6 +112,8 @@ Sandboxes:
                                change its idle timeout and timer actions (destroy|pause)
   network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...
                                show a sandbox's network policy, or replace it live
+  port ID PORT                 print the URL at which the daemon forwards HTTP and
+                               WebSockets to PORT of a sandbox (API key required on TCP)
   rm ID...                     destroy sandboxes
   events [--sandbox ID] [--type T]... [--json]
                                follow lifecycle events (created, running, deleted, ...)

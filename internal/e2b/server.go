@@ -16,6 +16,7 @@ import (
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/server"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -55,6 +56,7 @@ type Server struct {
 	control  *http.ServeMux
 	rpcs     map[string]rpcMethod
 	watchers *watcherSet
+	ports    *server.PortProxy // sandbox ports other than envd's (ports.go)
 
 	closing   chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
@@ -68,6 +70,7 @@ func New(cfg Config) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.watchers = newWatcherSet(s)
+	s.ports = server.NewPortProxy(cfg.Manager, writeAPIError)
 	s.routeControl()
 	s.rpcs = s.rpcMethods()
 	return s
@@ -81,6 +84,7 @@ func New(cfg Config) *Server {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	s.watchers.close()
+	s.ports.CloseIdle()
 	return nil
 }
 
@@ -143,7 +147,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 		writeAPIError(w, err)
 	}
 	if port != envdPort {
-		fail(unavailable("sandbox %s: port %s is not reachable: Corral does not expose sandbox ports through the E2B API (only envd's %s)", id, port, envdPort))
+		s.servePort(w, r, id, port)
 		return
 	}
 	// /files also accepts a signed URL (downloadUrl/uploadUrl); it checks

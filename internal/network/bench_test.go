@@ -13,23 +13,31 @@ import (
 )
 
 // BenchmarkSetupTeardown measures one sandbox network's setup and
-// teardown, reported separately as ms/setup and ms/teardown.
+// teardown, reported separately as ms/setup and ms/teardown (the time
+// Teardown takes to return). With a veth, "+wait" also waits for the
+// background part (chains and veth, reap.go) after each teardown: the
+// full cost of one sandbox alone.
 func BenchmarkSetupTeardown(b *testing.B) {
 	for _, mode := range []egress.Mode{egress.ModeNone, egress.ModeAllowlist} {
 		b.Run(string(mode), func(b *testing.B) {
 			cfg := testConfig(b)
 			m := newTestManager(b, cfg)
-			benchSetupTeardown(b, m, egress.Policy{Mode: mode})
+			benchSetupTeardown(b, m, egress.Policy{Mode: mode}, false)
 		})
 	}
+	b.Run("allowlist+wait", func(b *testing.B) {
+		cfg := testConfig(b)
+		m := newTestManager(b, cfg)
+		benchSetupTeardown(b, m, egress.Policy{Mode: egress.ModeAllowlist}, true)
+	})
 	// With the egress server binding its four sockets per sandbox.
 	b.Run("allowlist+egress", func(b *testing.B) {
 		w := newWorld(b)
-		benchSetupTeardown(b, w.m, allowlist("allowed.test"))
+		benchSetupTeardown(b, w.m, allowlist("allowed.test"), false)
 	})
 }
 
-func benchSetupTeardown(b *testing.B, m *Manager, p egress.Policy) {
+func benchSetupTeardown(b *testing.B, m *Manager, p egress.Policy, wait bool) {
 	ctx := context.Background()
 	var setup, teardown time.Duration
 	i := 0
@@ -44,11 +52,46 @@ func benchSetupTeardown(b *testing.B, m *Manager, p egress.Policy) {
 		if err := m.Teardown(ctx, id); err != nil {
 			b.Fatal(err)
 		}
+		if wait {
+			m.waitReaped()
+		}
 		setup += t1.Sub(t0)
 		teardown += time.Since(t1)
 	}
+	m.waitReaped()
 	b.ReportMetric(float64(setup.Microseconds())/1000/float64(i), "ms/setup")
 	b.ReportMetric(float64(teardown.Microseconds())/1000/float64(i), "ms/teardown")
+}
+
+// BenchmarkTeardownMany tears down 100 allowlist networks in a row and
+// waits until every chain and veth is gone: ms/teardown is that total per
+// sandbox, background part included (batched, reap.go).
+func BenchmarkTeardownMany(b *testing.B) {
+	cfg := testConfig(b)
+	m := newTestManager(b, cfg)
+	ctx := context.Background()
+	const n = 100
+	var total time.Duration
+	round := 0
+	for b.Loop() {
+		b.StopTimer()
+		for i := range n {
+			if _, err := m.Setup(ctx, fmt.Sprintf("many%d-%d", round, i), egress.Policy{Mode: egress.ModeAllowlist}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		start := time.Now()
+		for i := range n {
+			if err := m.Teardown(ctx, fmt.Sprintf("many%d-%d", round, i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		m.waitReaped()
+		total += time.Since(start)
+		round++
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(round*n), "ms/teardown")
 }
 
 // benchSandbox is a sandbox that reaches server A by name through the

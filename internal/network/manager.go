@@ -117,6 +117,12 @@ type Manager struct {
 	sandboxes map[string]*entry
 	used      map[int]string // slot -> id
 	next      int            // next slot to try: addresses rotate, so a freed one is not reused at once
+	// Teardowns finishing in the background (reap.go); reapCond (on mu)
+	// signals each finished batch.
+	reapQ         []reapItem
+	reaping       map[string]bool // ids in reapQ or in the running batch
+	reaperRunning bool
+	reapCond      *sync.Cond
 	// fail, when set by tests, makes the named setup step fail.
 	fail func(step string) error
 }
@@ -231,7 +237,9 @@ func New(cfg Config) (*Manager, error) {
 		slots:     slots,
 		sandboxes: map[string]*entry{},
 		used:      map[int]string{},
+		reaping:   map[string]bool{},
 	}
+	m.reapCond = sync.NewCond(&m.mu)
 	if err := m.nft.ensureBase(); err != nil {
 		h.Close()
 		return nil, err
@@ -431,6 +439,7 @@ func (m *Manager) deleteLink(name string) error {
 func (m *Manager) reserve(id string, e *entry, needLink bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.waitReapedID(id)
 	if _, ok := m.sandboxes[id]; ok {
 		return errdefs.Errorf(errdefs.ErrAlreadyExists, "network of sandbox %s already exists", id)
 	}
@@ -548,6 +557,11 @@ func (m *Manager) apply(ctx context.Context, e *entry, p egress.Policy) error {
 // Manager never saw (leftovers of an earlier daemon), finding them by
 // name. If a step fails the others still run, and a later Teardown
 // retries.
+//
+// For a sandbox of this Manager with a veth it returns once the egress is
+// detached and the namespace unmounted (well under a millisecond); its
+// chains and veth go in a background batch (reap.go), its address stays
+// reserved until then, and Close and Reconcile wait for it.
 func (m *Manager) Teardown(ctx context.Context, id string) error {
 	if !validID(id) {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "sandbox id %q not usable for a network", id)
@@ -563,6 +577,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		}
 		iface = e.sb.HostIface
 	} else {
+		m.mu.Lock()
+		m.waitReapedID(id)
+		m.mu.Unlock()
 		found, err := m.linksByID()
 		if err != nil {
 			return fmt.Errorf("tearing down network of sandbox %s: %w", id, err)
@@ -572,6 +589,22 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	var errs []error
 	if m.cfg.Egress != nil {
 		errs = append(errs, m.cfg.Egress.Detach(id))
+	}
+	if e != nil && e.slot >= 0 {
+		// The quick part now, the rest in a batch (reap.go).
+		errs = append(errs, removeNetNS(m.netnsPath(id)))
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("tearing down network of sandbox %s: %w", id, err)
+		}
+		e.gone = true
+		m.mu.Lock()
+		if m.sandboxes[id] == e {
+			delete(m.sandboxes, id)
+		}
+		m.queueReap(reapItem{id: id, iface: iface, slot: e.slot})
+		m.mu.Unlock()
+		m.log.Debug("network torn down", "sandbox_id", id, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+		return nil
 	}
 	if e == nil || e.slot >= 0 {
 		errs = append(errs, m.nft.removeSandbox(id, iface))
@@ -662,6 +695,7 @@ func (m *Manager) List(ctx context.Context) ([]string, error) {
 // id. A kept id with nothing usable on the host is torn down and reported
 // with errdefs.ErrNotFound; the rest still proceeds.
 func (m *Manager) Reconcile(ctx context.Context, keep map[string]egress.Policy) error {
+	m.waitReaped()
 	ids, err := m.List(ctx)
 	if err != nil {
 		return fmt.Errorf("reconciling networks: %w", err)
@@ -753,6 +787,7 @@ func (m *Manager) adopt(ctx context.Context, id, iface string, p egress.Policy) 
 // sandboxes that outlive the daemon stay confined. It does not tear
 // sandboxes down.
 func (m *Manager) Close(ctx context.Context) error {
+	m.waitReaped()
 	defer m.nl.Close()
 	ids, err := m.List(ctx)
 	if err != nil {

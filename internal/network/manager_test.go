@@ -148,6 +148,7 @@ func TestSetupTeardown(t *testing.T) {
 			if got := fe.ids(); slices.Contains(got, id) {
 				t.Errorf("egress still attached")
 			}
+			m.waitReaped()
 			assertClean(t, cfg, false)
 		})
 	}
@@ -428,7 +429,49 @@ func TestTeardownPartialState(t *testing.T) {
 			if err := m.Teardown(ctx, "partial"); err != nil {
 				t.Fatal(err)
 			}
+			m.waitReaped()
 			assertClean(t, cfg, false)
 		})
+	}
+}
+
+// TestTeardownInBackground: Teardown returns before the chains and veth
+// are gone; a Setup of the same id right away waits for them and keeps
+// its own chains; a full batch of removals is one commit (no ENOBUFS
+// fallback).
+func TestTeardownInBackground(t *testing.T) {
+	cfg := testConfig(t)
+	m := newTestManager(t, cfg)
+	ctx := t.Context()
+	if _, err := m.Setup(ctx, "again", allowlist()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Teardown(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.Setup(ctx, "again", allowlist())
+	if err != nil {
+		t.Fatalf("Setup right after Teardown: %v", err)
+	}
+	m.waitReaped()
+	if rules := nftList(cfg); !strings.Contains(rules, "chain "+sandboxChain("again", kindIn)) || !strings.Contains(rules, sb.HostIface) {
+		t.Fatalf("the second setup's chains are gone:\n%s", rules)
+	}
+	if err := m.Teardown(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	m.waitReaped()
+	assertClean(t, cfg, false)
+
+	var items []reapItem
+	for i := range removeBatch {
+		sb, err := m.Setup(ctx, fmt.Sprintf("b%d", i), allowlist())
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, reapItem{id: sb.ID, iface: sb.HostIface})
+	}
+	if err := m.nft.removeChunk(items); err != nil {
+		t.Fatalf("removing %d sandboxes in one commit: %v", len(items), err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -126,6 +127,51 @@ func (n *nft) removeSandbox(id, iface string) error {
 		}
 	}
 	return n.removeSandboxSlowly(id)
+}
+
+// removeBatch is the most sandboxes removeSandboxes deletes in one
+// commit: the kernel acknowledges every message of a batch, and a few
+// hundred acknowledgements overflow the netlink socket's receive buffer
+// (ENOBUFS), which would fail the whole batch.
+const removeBatch = 16
+
+// removeSandboxes is removeSandbox for many sandboxes, in one commit per
+// removeBatch of them when everything is there (one RCU grace period per
+// commit instead of one per sandbox).
+func (n *nft) removeSandboxes(items []reapItem) error {
+	var errs []error
+	for chunk := range slices.Chunk(items, removeBatch) {
+		if err := n.removeChunk(chunk); err != nil {
+			for _, it := range chunk {
+				errs = append(errs, n.removeSandbox(it.id, it.iface))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (n *nft) removeChunk(chunk []reapItem) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	keys := make([]nftables.SetElement, 0, len(chunk))
+	for _, it := range chunk {
+		keys = append(keys, nftables.SetElement{Key: ifnameKey(it.iface)})
+	}
+	for _, k := range sandboxChainKinds() {
+		if err := c.SetDeleteElements(n.vmapSet(k.vmap), keys); err != nil {
+			return err
+		}
+	}
+	for _, it := range chunk {
+		for _, k := range sandboxChainKinds() {
+			ch := &nftables.Chain{Name: sandboxChain(it.id, k.kind), Table: n.table}
+			c.FlushChain(ch)
+			c.DelChain(ch)
+		}
+	}
+	return c.Flush()
 }
 
 func (n *nft) removeSandboxSlowly(id string) error {

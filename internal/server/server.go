@@ -53,11 +53,13 @@ type Server struct {
 	log *slog.Logger
 	mux *http.ServeMux
 	reg *metrics.Registry
+	// ports forwards /v1/sandboxes/{id}/ports/{port}/ (ports.go).
+	ports *PortProxy
 }
 
 // New returns a Server with every route registered.
 func New(cfg Config) *Server {
-	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), ports: NewPortProxy(cfg.Manager, nil)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -80,7 +82,7 @@ type route struct {
 
 // routes lists every endpoint; a test checks it against the OpenAPI file.
 func (s *Server) routes() []route {
-	return []route{
+	return append([]route{
 		{"GET /v1/health", s.health},
 		{"GET /v1/version", s.version},
 		{"GET /v1/openapi.json", s.openapi},
@@ -127,7 +129,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/pools/{name}", s.getPool},
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
-	}
+	}, s.portRoutes()...)
 }
 
 // Handler returns the API handler without authentication (for the
@@ -153,6 +155,12 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			wire.WriteError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
 			return
+		}
+		// The key goes no further: a request forwarded to a sandbox's
+		// port must not carry it in.
+		r.Header.Del("X-API-Key")
+		if r.Header.Get("Authorization") == "Bearer "+apiKey {
+			r.Header.Del("Authorization")
 		}
 		h.ServeHTTP(w, r)
 	}), nil

@@ -9,8 +9,14 @@ import (
 	"testing"
 )
 
-var buildOnce struct {
-	sync.Once
+// builds holds the binaries built by this test process, by package.
+var builds struct {
+	sync.Mutex
+	m map[string]*build
+}
+
+type build struct {
+	once sync.Once
 	path string
 	err  error
 	out  []byte
@@ -21,22 +27,40 @@ var buildOnce struct {
 // CLI and the in-sandbox agent (`corral agent`).
 func CorralBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return StaticBinary(t, "./cmd/corral")
+}
+
+// StaticBinary builds the main package pkg (a path relative to the module
+// root, such as "./cmd/corral") statically once per test process and
+// returns the binary's path.
+func StaticBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	builds.Lock()
+	if builds.m == nil {
+		builds.m = map[string]*build{}
+	}
+	b := builds.m[pkg]
+	if b == nil {
+		b = &build{}
+		builds.m[pkg] = b
+	}
+	builds.Unlock()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "corral-bin-")
 		if err != nil {
-			buildOnce.err = err
+			b.err = err
 			return
 		}
-		buildOnce.path = filepath.Join(dir, "corral")
-		cmd := exec.Command("go", "build", "-o", buildOnce.path, "./cmd/corral")
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOnce.out, buildOnce.err = cmd.CombinedOutput()
+		b.out, b.err = cmd.CombinedOutput()
 	})
-	if buildOnce.err != nil {
-		t.Fatalf("building corral: %v\n%s", buildOnce.err, buildOnce.out)
+	if b.err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, b.err, b.out)
 	}
-	return buildOnce.path
+	return b.path
 }
 
 func moduleRoot() string {

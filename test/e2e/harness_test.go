@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,4 +283,16 @@ func forEachStorage(t *testing.T, f func(t *testing.T, storage string)) {
 	for _, s := range storages() {
 		t.Run(s, func(t *testing.T) { f(t, s) })
 	}
+}
+
+// freeAddr returns a loopback address with a port free at the time of the
+// call, for a daemon's TCP listener.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -207,7 +207,7 @@ func warmClaim(b *testing.B, d *daemon, runtime string) {
 // allowlist that allows nothing: the claim's policy is applied live on the
 // host, so the claimed sandbox reaches example.test and nothing else.
 func TestWarmPoolNetwork(t *testing.T) {
-	w := newNetWorld(t, e2eStorage)
+	w := newNetWorld(t, e2eStorage, "runc")
 	d := w.d
 	d.removePoolAtCleanup(t, "net")
 	if _, err := d.client.SetPool(t.Context(), "net", corral.PoolOptions{Template: "bb", Network: "allowlist", Size: 1}); err != nil {
