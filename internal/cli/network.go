@@ -53,7 +53,18 @@ func (c *cli) network(args []string) int {
 	defer cancel()
 	var sb *corral.Sandbox
 	if nf.set() {
-		sb, err = client.UpdateNetwork(ctx, id, *nf.policy())
+		// Header rules have no flags here: the sandbox's are sent back
+		// without their values, which the daemon keeps.
+		if sb, err = client.Get(ctx, id); err != nil {
+			return c.fail(err)
+		}
+		p := nf.policy()
+		if sb.Network != nil {
+			for _, h := range sb.Network.Headers {
+				p.Headers = append(p.Headers, corral.HeaderRule{Domain: h.Domain, Name: h.Name})
+			}
+		}
+		sb, err = client.UpdateNetwork(ctx, id, *p)
 	} else {
 		sb, err = client.Get(ctx, id)
 	}

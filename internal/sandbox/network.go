@@ -194,6 +194,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if err := keepHeaderValues(&p, old); err != nil {
+		return Sandbox{}, err
+	}
 	if err := m.cfg.Network.Update(ctx, id, p); err != nil {
 		return Sandbox{}, err
 	}
@@ -280,6 +283,26 @@ func (m *Manager) reconcileNetworks(ctx context.Context) error {
 				return fmt.Errorf("removing network files of %s: %w", d.Name(), err)
 			}
 		}
+	}
+	return nil
+}
+
+// keepHeaderValues fills the header rules of p that carry no value with
+// the value of old's rule for the same domain and header: the API never
+// returns a value, so a client that changes other parts of a policy sends
+// the rules back without one.
+func keepHeaderValues(p *egress.Policy, old egress.Policy) error {
+	for i, h := range p.Headers {
+		if h.Value != "" {
+			continue
+		}
+		j := slices.IndexFunc(old.Headers, func(o egress.HeaderRule) bool {
+			return o.Domain == h.Domain && strings.EqualFold(o.Name, h.Name)
+		})
+		if j < 0 {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "header rule %s for %q has no value, and the sandbox has none to keep", h.Name, h.Domain)
+		}
+		p.Headers[i].Value = old.Headers[j].Value
 	}
 	return nil
 }

@@ -400,6 +400,17 @@ func TestUpdateNetwork(t *testing.T) {
 	if diff := cmp.Diff(want, fn.policy(listed.ID), comparePrefixes); diff != "" {
 		t.Errorf("live policy after failed updates (-want +got):\n%s", diff)
 	}
+	// A header rule sent back without its value (the API never returns
+	// one) keeps the value the sandbox has; a new rule needs one.
+	keep := egress.Policy{Domains: []egress.DomainRule{{Name: "c.test"}},
+		Headers: []egress.HeaderRule{{Domain: "B.test", Name: "authorization"}}}
+	got, err = h.m.UpdateNetwork(ctx, listed.ID, keep)
+	if err != nil || len(got.Network.Headers) != 1 || got.Network.Headers[0].Value != "Bearer s3cret" {
+		t.Errorf("update keeping a header value: %+v, %v", got.Network, err)
+	}
+	if _, err := h.m.UpdateNetwork(ctx, listed.ID, egress.Policy{Headers: []egress.HeaderRule{{Domain: "d.test", Name: "X-Key"}}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("new header rule without a value: %v, want invalid argument", err)
+	}
 	// An empty mode keeps the current one, and no rules cut the sandbox off.
 	got, err = h.m.UpdateNetwork(ctx, listed.ID, egress.Policy{})
 	if err != nil || got.Network.Mode != egress.ModeAllowlist || hasRules(got.Network) {
