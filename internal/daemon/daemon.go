@@ -257,6 +257,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Network:        d.network,
 		NetworkDir:     filepath.Join(cfg.StateDir, "netfiles"),
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
+		SnapshotDir:    filepath.Join(cfg.StateDir, "snapshots"),
 		Logger:         d.log,
 	})
 	if err != nil {

@@ -75,6 +75,10 @@ type Config struct {
 	// DefaultNetwork is the network mode of a sandbox whose spec names
 	// neither a mode nor rules (default none).
 	DefaultNetwork egress.Mode
+	// SnapshotDir holds snapshots, one directory each; snapshots are
+	// available when it is set, Store implements SnapshotStore and
+	// Storage implements storage.Changes.
+	SnapshotDir string
 }
 
 // Manager creates, tracks, times out and destroys sandboxes. It is safe for
@@ -87,6 +91,7 @@ type Manager struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*entry
 	templates map[string]Template
+	snaps     snapshots
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -170,6 +175,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return err
 	}
+	if err := m.reconcileSnapshots(ctx); err != nil {
+		return err
+	}
 	m.wg.Add(1)
 	go m.reapLoop()
 	return nil
@@ -196,7 +204,7 @@ func (m *Manager) Close() error {
 func (m *Manager) Runtimes() []RuntimeInfo {
 	out := make([]RuntimeInfo, 0, len(m.drivers))
 	for name, d := range m.drivers {
-		out = append(out, RuntimeInfo{Name: name, Default: name == m.cfg.DefaultRuntime, Capabilities: d.Capabilities()})
+		out = append(out, RuntimeInfo{Name: name, Default: name == m.cfg.DefaultRuntime, Capabilities: d.Capabilities(), Snapshot: m.SnapshotKind(name)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -207,12 +215,25 @@ type RuntimeInfo struct {
 	Name         string              `json:"name"`
 	Default      bool                `json:"default"`
 	Capabilities driver.Capabilities `json:"capabilities"`
+	// Snapshot is the kind of snapshot and fork the runtime gives
+	// (SnapshotMemory or SnapshotFilesystem), empty when none.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Create makes a sandbox and returns it running. It records the sandbox
 // before acquiring anything, and on failure (including ctx being canceled)
-// releases everything it acquired and forgets the sandbox.
+// releases everything it acquired and forgets the sandbox. With
+// spec.FromSnapshot it starts from a snapshot (createFromSnapshot).
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	if spec.FromSnapshot != "" {
+		return m.createFromSnapshot(ctx, spec)
+	}
+	return m.create(ctx, spec, nil)
+}
+
+// create is Create, starting from src's files (and memory) when src is
+// set.
+func (m *Manager) create(ctx context.Context, spec Spec, src *restoreSource) (Sandbox, error) {
 	sb, drv, err := m.admit(spec)
 	if err != nil {
 		return Sandbox{}, err
@@ -250,6 +271,11 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			m.log.Error("rolling back root", "sandbox_id", sb.ID, "err", err)
 		}
 	})
+	if src != nil {
+		if err := src.applyFiles(ctx, root); err != nil {
+			return fail(fmt.Errorf("restoring files of sandbox %s: %w", sb.ID, err))
+		}
+	}
 	storageDone := time.Now()
 	netSpec, err := m.setupNetwork(ctx, sb)
 	if err != nil {
@@ -261,7 +287,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 		}
 	})
 	networkDone := time.Now()
-	err = drv.Create(ctx, driver.Spec{
+	err = m.startInstance(ctx, drv, driver.Spec{
 		ID:       sb.ID,
 		RootFS:   root,
 		Hostname: sb.ID,
@@ -271,7 +297,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			Pids:        sb.Pids,
 		},
 		Network: netSpec,
-	})
+	}, src)
 	if err != nil {
 		return fail(fmt.Errorf("starting sandbox %s: %w", sb.ID, err))
 	}
@@ -763,6 +789,10 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 		m.mu.Unlock()
 		slices.Sort(users)
 		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d sandbox(es): %s", name, len(users), strings.Join(users, ", "))
+	}
+	if snaps := m.snapshotUsers(name); len(snaps) > 0 {
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d snapshot(s): %s", name, len(snaps), strings.Join(snaps, ", "))
 	}
 	delete(m.templates, name)
 	m.mu.Unlock()

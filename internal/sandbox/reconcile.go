@@ -45,6 +45,13 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
 			case st == driver.StatusRunning:
 				sb.State, keep = StateRunning, true
+			case st == driver.StatusPaused && sb.State == StateRunning:
+				// Frozen by a snapshot or a pause that the daemon did
+				// not finish: the sandbox goes on running.
+				if err := m.thaw(ctx, drv, sb.ID); err != nil {
+					return err
+				}
+				sb.State, keep = StateRunning, true
 			case st == driver.StatusPaused:
 				sb.State, keep = StatePaused, true
 			case sb.State == StateError:

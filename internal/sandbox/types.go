@@ -28,6 +28,10 @@ type Spec struct {
 	// allowlist when the policy has rules and the Manager's default mode
 	// otherwise.
 	Network egress.Policy
+	// FromSnapshot names a snapshot to start from: its template, runtime,
+	// limits and environment are the defaults, and the sandbox starts with
+	// its files (and, for a memory snapshot, its processes).
+	FromSnapshot string
 }
 
 // Sandbox is the Manager's record of one sandbox, as persisted in the store.

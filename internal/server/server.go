@@ -72,7 +72,7 @@ type route struct {
 
 // routes lists every endpoint; a test checks it against the OpenAPI file.
 func (s *Server) routes() []route {
-	return []route{
+	return append([]route{
 		{"GET /v1/health", s.health},
 		{"GET /v1/version", s.version},
 		{"GET /v1/openapi.json", s.openapi},
@@ -113,7 +113,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/templates/{name}/build", s.buildTemplate},
 		{"POST /v1/templates/{name}/pull", s.pullTemplate},
 		{"DELETE /v1/templates/{name}", s.deleteTemplate},
-	}
+	}, s.snapshotRoutes()...)
 }
 
 // Handler returns the API handler without authentication (for the

@@ -53,7 +53,7 @@ func viewOf(sb sandbox.Sandbox) SandboxView {
 // the server's defaults. Timeout is in seconds: omitted means the server
 // default, 0 means no deadline (if the server allows it).
 type CreateRequest struct {
-	Template string            `json:"template"`
+	Template string            `json:"template,omitempty"`
 	Runtime  string            `json:"runtime,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
@@ -63,18 +63,22 @@ type CreateRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Network  *NetworkPolicy    `json:"network,omitempty"`
+	// FromSnapshot starts the sandbox from a snapshot; template, runtime,
+	// limits and environment default to the snapshot's.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 func (r CreateRequest) spec() sandbox.Spec {
 	s := sandbox.Spec{
-		Template:    r.Template,
-		Runtime:     r.Runtime,
-		MilliCPUs:   int64(math.Round(r.CPUs * 1000)),
-		MemoryBytes: r.MemoryMB << 20,
-		Pids:        r.Pids,
-		DiskBytes:   r.DiskMB << 20,
-		Env:         r.Env,
-		Metadata:    r.Metadata,
+		FromSnapshot: r.FromSnapshot,
+		Template:     r.Template,
+		Runtime:      r.Runtime,
+		MilliCPUs:    int64(math.Round(r.CPUs * 1000)),
+		MemoryBytes:  r.MemoryMB << 20,
+		Pids:         r.Pids,
+		DiskBytes:    r.DiskMB << 20,
+		Env:          r.Env,
+		Metadata:     r.Metadata,
 	}
 	if r.Timeout != nil {
 		d := time.Duration(*r.Timeout) * time.Second

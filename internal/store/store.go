@@ -21,7 +21,10 @@ type Store struct {
 	db *sql.DB
 }
 
-var _ sandbox.Store = (*Store)(nil)
+var (
+	_ sandbox.Store         = (*Store)(nil)
+	_ sandbox.SnapshotStore = (*Store)(nil)
+)
 
 const schema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -30,6 +33,10 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	data  TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS templates (
+	name TEXT PRIMARY KEY,
+	data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshots (
 	name TEXT PRIMARY KEY,
 	data TEXT NOT NULL
 );
