@@ -46,6 +46,9 @@ type CreateOptions struct {
 	// Network is the sandbox's network policy; nil takes the daemon's
 	// default mode (none unless configured).
 	Network *NetworkPolicy
+	// FromSnapshot starts the sandbox from a snapshot (see Snapshot);
+	// Template, Runtime, limits and Env then default to the snapshot's.
+	FromSnapshot string
 }
 
 // NoTimeout, used as CreateOptions.Timeout or with SetTimeout, asks for a
@@ -56,7 +59,7 @@ var NoTimeout = new(time.Duration)
 func Timeout(d time.Duration) *time.Duration { return &d }
 
 type createRequest struct {
-	Template string            `json:"template"`
+	Template string            `json:"template,omitempty"`
 	Runtime  string            `json:"runtime,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
@@ -66,6 +69,8 @@ type createRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Network  *NetworkPolicy    `json:"network,omitempty"`
+
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // seconds rounds d away from zero to whole seconds, so that a small
@@ -87,6 +92,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	req := createRequest{
 		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
 		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata, Network: opts.Network,
+		FromSnapshot: opts.FromSnapshot,
 	}
 	if opts.Timeout != nil {
 		req.Timeout = seconds(*opts.Timeout)
