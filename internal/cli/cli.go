@@ -81,6 +81,10 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"cp":       c.cp,
 		"bench":    c.bench,
 		"doctor":   c.doctor,
+		"pause":    c.pause,
+		"resume":   c.resume,
+		"snapshot": c.snapshot,
+		"fork":     c.fork,
 	}
 	h, ok := handlers[cmd]
 	if !ok {
@@ -108,6 +112,17 @@ Sandboxes:
   network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...
                                show a sandbox's network policy, or replace it live
   rm ID...                     destroy sandboxes
+
+Snapshots (runtimes say what they hold: "corral doctor" or GET /v1/runtimes):
+  pause ID...                  freeze every process of sandboxes
+  resume [--timeout D] ID      thaw a sandbox; its deadline becomes now+D (default: the daemon's)
+  snapshot create [--metadata K=V]... ID NAME
+                               save a sandbox: files (runc), or files, memory and processes (gVisor)
+  snapshot ls | rm NAME...     list or delete snapshots
+  snapshot template SNAPSHOT TEMPLATE
+                               make a template of a snapshot's files
+  create --from-snapshot NAME  start a sandbox from a snapshot
+  fork [--count N] ID          copy a sandbox N times (gVisor: the processes go on in each copy)
 
 Processes:
   ps ID                        list processes (running, and exited ones kept)
@@ -198,6 +213,7 @@ type createFlags struct {
 	timeout           string
 	env, metadata     multiFlag
 	net               networkFlags
+	fromSnapshot      string
 }
 
 func (f *createFlags) register(fs *flag.FlagSet) {
@@ -211,10 +227,14 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.env, "e", "environment variable KEY=VALUE (repeatable)")
 	fs.Var(&f.metadata, "metadata", "metadata KEY=VALUE (repeatable)")
 	f.net.register(fs, "network")
+	fs.StringVar(&f.fromSnapshot, "from-snapshot", "", "start from a snapshot (its template, runtime, limits and environment are the defaults)")
 }
 
 func (f *createFlags) options() (corral.CreateOptions, error) {
-	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy()}
+	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy(), FromSnapshot: f.fromSnapshot}
+	if f.fromSnapshot != "" && f.template == "default" {
+		opts.Template = "" // the flag's default; the snapshot names its template
+	}
 	var err error
 	if opts.MemoryMB, err = parseMB("memory", f.memory); err != nil {
 		return opts, err

@@ -376,3 +376,52 @@ func TestSnapshotGVisor(t *testing.T) {
 	}
 	checkNoHalfSnapshots(t, d)
 }
+
+// TestSnapshotCLI drives pause, resume, snapshot, create --from-snapshot
+// and fork through the command line.
+func TestSnapshotCLI(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	run := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := d.corral(args...)
+		if code != 0 {
+			t.Fatalf("corral %v: exit %d: %s", args, code, errOut)
+		}
+		return out
+	}
+	id := strings.TrimSpace(run("create", "--template", "bb"))
+	run("exec", id, "--", "sh", "-c", "echo cli > /marker")
+	if out := run("pause", id); out != id+"\n" {
+		t.Fatalf("pause printed %q", out)
+	}
+	if _, _, code := d.corral("exec", id, "--", "true"); code == 0 {
+		t.Fatal("exec in a paused sandbox succeeded")
+	}
+	run("resume", "--timeout", "5m", id)
+	run("snapshot", "create", "--metadata", "k=v", id, "cli-snap")
+	if out := run("snapshot", "ls"); !strings.Contains(out, "cli-snap") || !strings.Contains(out, "filesystem") {
+		t.Fatalf("snapshot ls:\n%s", out)
+	}
+	fromSnap := strings.TrimSpace(run("create", "--from-snapshot", "cli-snap"))
+	if out := run("exec", fromSnap, "--", "cat", "/marker"); out != "cli\n" {
+		t.Fatalf("sandbox from the snapshot: %q", out)
+	}
+	ids := strings.Fields(run("fork", "--count", "2", fromSnap))
+	if len(ids) != 2 {
+		t.Fatalf("fork printed %q", ids)
+	}
+	for _, c := range ids {
+		if out := run("exec", c, "--", "cat", "/marker"); out != "cli\n" {
+			t.Fatalf("fork copy: %q", out)
+		}
+	}
+	run("snapshot", "template", "cli-snap", "cli-tpl")
+	if out := run("run", "--template", "cli-tpl", "--", "cat", "/marker"); out != "cli\n" {
+		t.Fatalf("sandbox of the template: %q", out)
+	}
+	run("snapshot", "rm", "cli-snap")
+	if _, _, code := d.corral("snapshot", "rm", "cli-snap"); code == 0 {
+		t.Fatal("removing a removed snapshot succeeded")
+	}
+	checkNoHalfSnapshots(t, d)
+}
