@@ -24,6 +24,21 @@ func (c *cli) pause(args []string) int {
 // each calls fn for every ID, printing each ID that succeeded; the exit
 // code is that of the last failure.
 func (c *cli) each(ids []string, fn func(context.Context, *corral.Client, string) error) int {
+	return c.withClient(func(ctx context.Context, client *corral.Client) int {
+		code := 0
+		for _, id := range ids {
+			if err := fn(ctx, client, id); err != nil {
+				code = c.fail(err)
+				continue
+			}
+			fmt.Fprintln(c.env.Stdout, id)
+		}
+		return code
+	})
+}
+
+// withClient calls fn with a client and a context canceled by signals.
+func (c *cli) withClient(fn func(context.Context, *corral.Client) int) int {
 	client, err := c.client()
 	if err != nil {
 		return c.fail(err)
@@ -31,15 +46,7 @@ func (c *cli) each(ids []string, fn func(context.Context, *corral.Client, string
 	defer client.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
-	code := 0
-	for _, id := range ids {
-		if err := fn(ctx, client, id); err != nil {
-			code = c.fail(err)
-			continue
-		}
-		fmt.Fprintln(c.env.Stdout, id)
-	}
-	return code
+	return fn(ctx, client)
 }
 
 // resume thaws a sandbox and sets its deadline.
@@ -83,21 +90,16 @@ func (c *cli) fork(args []string) int {
 		fmt.Fprintln(c.env.Stderr, "usage: corral fork [--count N] ID")
 		return exitUsage
 	}
-	client, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, cancel := signalContext()
-	defer cancel()
-	copies, err := client.Fork(ctx, fs.Arg(0), *count)
-	if err != nil {
-		return c.fail(err)
-	}
-	for _, sb := range copies {
-		fmt.Fprintln(c.env.Stdout, sb.ID)
-	}
-	return 0
+	return c.withClient(func(ctx context.Context, client *corral.Client) int {
+		copies, err := client.Fork(ctx, fs.Arg(0), *count)
+		if err != nil {
+			return c.fail(err)
+		}
+		for _, sb := range copies {
+			fmt.Fprintln(c.env.Stdout, sb.ID)
+		}
+		return 0
+	})
 }
 
 const snapshotUsage = "usage: corral snapshot create [--metadata K=V]... ID NAME | ls | rm NAME... | template SNAPSHOT TEMPLATE"
@@ -163,23 +165,20 @@ func (c *cli) snapshotCreate(args []string) int {
 }
 
 func (c *cli) snapshotList() int {
-	client, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	list, err := client.Snapshots(context.Background())
-	if err != nil {
-		return c.fail(err)
-	}
-	tw := tabwriter.NewWriter(c.env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tRUNTIME\tTEMPLATE\tSANDBOX\tSIZE\tCREATED")
-	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, s.Runtime, s.Template, s.SandboxID,
-			humanBytes(s.SizeBytes), s.CreatedAt.Local().Format(time.DateTime))
-	}
-	tw.Flush()
-	return 0
+	return c.withClient(func(ctx context.Context, client *corral.Client) int {
+		list, err := client.Snapshots(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		tw := tabwriter.NewWriter(c.env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tKIND\tRUNTIME\tTEMPLATE\tSANDBOX\tSIZE\tCREATED")
+		for _, s := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, s.Runtime, s.Template, s.SandboxID,
+				humanBytes(s.SizeBytes), s.CreatedAt.Local().Format(time.DateTime))
+		}
+		tw.Flush()
+		return 0
+	})
 }
 
 func humanBytes(n int64) string {
