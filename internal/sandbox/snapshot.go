@@ -544,6 +544,7 @@ func (m *Manager) Fork(ctx context.Context, id string, n int) ([]Sandbox, error)
 	if sb, err = m.capture(ctx, e, id, tmp, kind == SnapshotMemory); err != nil {
 		return nil, err
 	}
+	captured := time.Now()
 	spec := Spec{
 		Template: sb.Template, Runtime: sb.Runtime, MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes,
 		Pids: sb.Pids, DiskBytes: sb.DiskBytes, Env: sb.Env, Metadata: sb.Metadata, Network: sb.Network,
@@ -566,7 +567,8 @@ func (m *Manager) Fork(ctx context.Context, id string, n int) ([]Sandbox, error)
 		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	m.log.Info("sandbox forked", "sandbox_id", id, "count", n, "kind", kind, "duration_ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox forked", "sandbox_id", id, "count", n, "kind", kind,
+		"duration_ms", time.Since(start).Milliseconds(), "capture_ms", captured.Sub(start).Milliseconds())
 	return out, nil
 }
 
