@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -431,4 +432,41 @@ func TestSnapshotCLI(t *testing.T) {
 		t.Fatal("removing a removed snapshot succeeded")
 	}
 	checkNoHalfSnapshots(t, d)
+}
+
+// TestForkNetworkGVisor: a fork of a gVisor sandbox with a network gets a
+// network of its own: restored netstacks take the new namespace's address,
+// and its resolver is the copy's.
+func TestForkNetworkGVisor(t *testing.T) {
+	d := startGVisorDaemon(t)
+	policy := &corral.NetworkPolicy{Mode: "allowlist", AllowDomains: []string{"example.com"}}
+	sb := d.create(t, corral.CreateOptions{Runtime: "gvisor", Network: policy})
+	addr := func(id string) (inet, nameserver string) {
+		out, _ := d.execOut(t, id, "ip -4 addr show eth0 | sed -n 's/.*inet \\([0-9.]*\\).*/\\1/p'; sed -n 's/^nameserver //p' /etc/resolv.conf")
+		f := strings.Fields(out)
+		if len(f) != 2 {
+			t.Fatalf("address and resolver of %s: %q", id, out)
+		}
+		return f[0], f[1]
+	}
+	srcAddr, _ := addr(sb.ID)
+	copies, err := d.client.Fork(t.Context(), sb.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{srcAddr: true}
+	for _, c := range copies {
+		if c.Network == nil || c.Network.Mode != "allowlist" {
+			t.Errorf("copy %s has network %+v", c.ID, c.Network)
+		}
+		a, ns := addr(c.ID)
+		if seen[a] {
+			t.Errorf("copy %s has address %s, already in use", c.ID, a)
+		}
+		seen[a] = true
+		// The resolver is the host end of the copy's own /30.
+		if ip, err := netip.ParseAddr(a); err != nil || ip.Prev().String() != ns {
+			t.Errorf("copy %s: address %s, resolver %s", c.ID, a, ns)
+		}
+	}
 }
