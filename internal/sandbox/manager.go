@@ -113,6 +113,9 @@ type entry struct {
 	// netEnv is the proxy environment of the sandbox's network, the
 	// lowest layer of every process's environment.
 	netEnv []string
+	// savedPaused says that the sandbox's memory was checkpointed while
+	// it was paused, which gVisor allows once per pause (capture); under op.
+	savedPaused bool
 }
 
 // New validates cfg and returns a Manager; call Start to load state.

@@ -179,6 +179,7 @@ func (m *Manager) ResumeFor(ctx context.Context, id string, timeout time.Duratio
 	e.sb.Deadline = deadline
 	sb = e.sb.clone()
 	m.mu.Unlock()
+	e.savedPaused = false
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
 		return Sandbox{}, fmt.Errorf("recording resume of sandbox %s: %w", id, err)
 	}
@@ -327,6 +328,15 @@ func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory 
 				err = errors.Join(err, rerr)
 			}
 		}()
+	}
+	if memory && sb.State == StatePaused {
+		// A second `runsc checkpoint` of a sandbox paused throughout
+		// fails inside runsc (nil dereference while encoding, runsc
+		// release-20260527.0); after a resume it works again.
+		if e.savedPaused {
+			return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s was snapshotted or forked since it was paused; the runtime can save its memory once per pause: resume it first", id)
+		}
+		e.savedPaused = true
 	}
 	if memory {
 		img := filepath.Join(dir, snapshot.MemoryDir)

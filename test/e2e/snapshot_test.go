@@ -470,3 +470,49 @@ func TestForkNetworkGVisor(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotPausedGVisor: a paused gVisor sandbox can be forked and
+// snapshotted; the copies run while the source stays paused. A second
+// memory save in the same pause is refused (runsc fails on it) until a
+// resume.
+func TestSnapshotPausedGVisor(t *testing.T) {
+	d := startGVisorDaemon(t)
+	ctx := t.Context()
+	sb := d.create(t, corral.CreateOptions{Runtime: "gvisor"})
+	d.execOut(t, sb.ID, "echo kept > /root/f")
+	if _, err := d.client.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	copies, err := d.client.Fork(ctx, sb.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := d.execOut(t, copies[0].ID, "cat /root/f"); out != "kept\n" {
+		t.Fatalf("copy of a paused sandbox: %q", out)
+	}
+	if got, _ := d.client.Get(ctx, sb.ID); got.State != "paused" {
+		t.Fatalf("source is %s after the fork", got.State)
+	}
+	if _, err := d.client.CreateSnapshot(ctx, sb.ID, "p", nil); corral.ErrorCode(err) != "failed_precondition" {
+		t.Fatalf("second memory save in one pause: %v", err)
+	}
+	if _, err := d.client.Resume(ctx, sb.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.CreateSnapshot(ctx, sb.ID, "p", nil); err != nil {
+		t.Fatal(err)
+	}
+	c := d.create(t, corral.CreateOptions{FromSnapshot: "p"})
+	if out, _ := d.execOut(t, c.ID, "cat /root/f"); out != "kept\n" {
+		t.Fatalf("sandbox from a snapshot of a paused sandbox: %q", out)
+	}
+	if _, err := d.client.Resume(ctx, sb.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := d.execOut(t, sb.ID, "cat /root/f"); out != "kept\n" {
+		t.Fatalf("source after resume: %q", out)
+	}
+}
