@@ -72,11 +72,13 @@ type SnapshotStore interface {
 }
 
 // snapshots is the Manager's view of the published snapshots. pending
-// reserves the names of snapshots being written.
+// reserves the names of snapshots being written or deleted; readers
+// counts the restores using each snapshot; a delete is refused meanwhile.
 type snapshots struct {
 	mu      sync.Mutex
 	byName  map[string]Snapshot
 	pending map[string]bool
+	readers map[string]int
 }
 
 // restoreSource is what a sandbox is made from besides its template: a
@@ -408,9 +410,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
 		m.snaps.mu.Unlock()
 		return errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
 	}
-	if m.snaps.pending[name] {
+	if n := m.snaps.readers[name]; n > 0 || m.snaps.pending[name] {
 		m.snaps.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "snapshot %q is in use", name)
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "snapshot %q is in use by %d restore(s)", name, max(n, 1))
 	}
 	delete(m.snaps.byName, name)
 	m.snaps.pending[name] = true // no new snapshot of that name until the files are gone
@@ -425,22 +427,25 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
 }
 
 // useSnapshot verifies snapshot name's checksums and returns its record
-// and directory. The name stays reserved (no delete) until release.
+// and directory. The snapshot cannot be deleted until release; any number
+// of restores may use it at once.
 func (m *Manager) useSnapshot(name string) (Snapshot, string, func(), error) {
 	m.snaps.mu.Lock()
 	s, ok := m.snaps.byName[name]
-	busy := m.snaps.pending[name]
-	if ok && !busy {
-		m.snaps.pending[name] = true
+	if ok {
+		m.snaps.readers[name]++
 	}
 	m.snaps.mu.Unlock()
-	switch {
-	case !ok:
+	if !ok {
 		return Snapshot{}, "", nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
-	case busy:
-		return Snapshot{}, "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "snapshot %q is in use", name)
 	}
-	release := func() { m.releaseSnapshot(name) }
+	release := func() {
+		m.snaps.mu.Lock()
+		if m.snaps.readers[name]--; m.snaps.readers[name] == 0 {
+			delete(m.snaps.readers, name)
+		}
+		m.snaps.mu.Unlock()
+	}
 	dir := m.snapshotDir(name)
 	if _, err := snapshot.Verify(dir); err != nil {
 		release()
@@ -622,6 +627,7 @@ func (m *Manager) snapshotUsers(template string) []string {
 func (m *Manager) reconcileSnapshots(ctx context.Context) error {
 	m.snaps.byName = make(map[string]Snapshot)
 	m.snaps.pending = make(map[string]bool)
+	m.snaps.readers = make(map[string]int)
 	st := m.snapshotStore()
 	if st == nil || m.cfg.SnapshotDir == "" {
 		return nil

@@ -268,3 +268,39 @@ func TestSnapshotReconcile(t *testing.T) {
 		t.Fatalf("template from snapshot holds %q", got)
 	}
 }
+
+func TestSnapshotConcurrentRestores(t *testing.T) {
+	h, _ := newSnapHarness(t)
+	ctx := t.Context()
+	src, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Snapshot(ctx, src.ID, SnapshotSpec{Name: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := h.m.Create(ctx, Spec{FromSnapshot: "s"})
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent create from one snapshot: %v", err)
+		}
+	}
+	// A delete is refused while a restore uses the snapshot.
+	_, _, release, err := h.m.useSnapshot("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.DeleteSnapshot(ctx, "s"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("delete during a restore: %v", err)
+	}
+	release()
+	if err := h.m.DeleteSnapshot(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+}
