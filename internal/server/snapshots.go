@@ -52,9 +52,9 @@ type ResumeRequest struct {
 	Timeout *int64 `json:"timeout,omitempty"`
 }
 
-// TemplateFromSnapshotRequest is the body of
+// FromSnapshotRequest is the body of
 // POST /v1/templates/{name}/from-snapshot.
-type TemplateFromSnapshotRequest struct {
+type FromSnapshotRequest struct {
 	Snapshot string `json:"snapshot"`
 }
 
@@ -164,7 +164,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) templateFromSnapshot(w http.ResponseWriter, r *http.Request) {
-	var req TemplateFromSnapshotRequest
+	var req FromSnapshotRequest
 	if err := decode(r, &req); err != nil {
 		wire.WriteError(w, err)
 		return
