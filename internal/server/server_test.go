@@ -39,7 +39,7 @@ func newTestServer(t testing.TB, apiKey string) (*corral.Client, *httptest.Serve
 		t.Fatal(err)
 	}
 	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
-		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}})
+		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, SnapshotDir: filepath.Join(t.TempDir(), "snapshots")})
 	if err != nil {
 		t.Fatal(err)
 	}
