@@ -60,6 +60,9 @@ type CreateOptions struct {
 	IdleTimeout time.Duration
 	OnDeadline  string
 	OnIdle      string
+	// FromSnapshot starts the sandbox from a snapshot (see Snapshot);
+	// Template, Runtime, limits and Env then default to the snapshot's.
+	FromSnapshot string
 }
 
 // Lifecycle actions, for CreateOptions and UpdateOptions.
@@ -76,7 +79,7 @@ var NoTimeout = new(time.Duration)
 func Timeout(d time.Duration) *time.Duration { return &d }
 
 type createRequest struct {
-	Template string            `json:"template"`
+	Template string            `json:"template,omitempty"`
 	Runtime  string            `json:"runtime,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
@@ -87,10 +90,11 @@ type createRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Network  *NetworkPolicy    `json:"network,omitempty"`
 
-	Pool        string `json:"pool,omitempty"`
-	IdleTimeout int64  `json:"idle_timeout,omitempty"`
-	OnDeadline  string `json:"on_deadline,omitempty"`
-	OnIdle      string `json:"on_idle,omitempty"`
+	Pool         string `json:"pool,omitempty"`
+	IdleTimeout  int64  `json:"idle_timeout,omitempty"`
+	OnDeadline   string `json:"on_deadline,omitempty"`
+	OnIdle       string `json:"on_idle,omitempty"`
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // seconds rounds d away from zero to whole seconds, so that a small
@@ -113,6 +117,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
 		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata, Network: opts.Network,
 		Pool: opts.Pool, IdleTimeout: *seconds(opts.IdleTimeout), OnDeadline: opts.OnDeadline, OnIdle: opts.OnIdle,
+		FromSnapshot: opts.FromSnapshot,
 	}
 	if opts.Timeout != nil {
 		req.Timeout = seconds(*opts.Timeout)

@@ -100,6 +100,9 @@ type Runtime struct {
 		Checkpoint bool   `json:"checkpoint"`
 		Isolation  string `json:"isolation"`
 	} `json:"capabilities"`
+	// Snapshot is what snapshots and forks of the runtime's sandboxes
+	// hold: SnapshotMemory, SnapshotFilesystem, or "" when none.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Version describes the daemon.

@@ -84,6 +84,10 @@ func Main(args []string, env Env, server, agent func(args []string) int) int {
 		"doctor":   c.doctor,
 		"events":   c.events,
 		"pool":     c.pool,
+		"pause":    c.pause,
+		"resume":   c.resume,
+		"snapshot": c.snapshot,
+		"fork":     c.fork,
 	}
 	h, ok := handlers[cmd]
 	if !ok {
@@ -117,6 +121,17 @@ Sandboxes:
   rm ID...                     destroy sandboxes
   events [--sandbox ID] [--type T]... [--json]
                                follow lifecycle events (created, running, deleted, ...)
+
+Snapshots (runtimes say what they hold: "corral doctor" or GET /v1/runtimes):
+  pause ID...                  freeze every process of sandboxes
+  resume [--timeout D] ID      thaw a sandbox; its deadline becomes now+D (default: the daemon's)
+  snapshot create [--metadata K=V]... ID NAME
+                               save a sandbox: files (runc), or files, memory and processes (gVisor)
+  snapshot ls | rm NAME...     list or delete snapshots
+  snapshot template SNAPSHOT TEMPLATE
+                               make a template of a snapshot's files
+  create --from-snapshot NAME  start a sandbox from a snapshot
+  fork [--count N] ID          copy a sandbox N times (gVisor: the processes go on in each copy)
 
 Processes:
   ps ID                        list processes (running, and exited ones kept)
@@ -215,6 +230,7 @@ type createFlags struct {
 	net               networkFlags
 	pool              string
 	timers            timerFlags
+	fromSnapshot      string
 }
 
 func (f *createFlags) register(fs *flag.FlagSet) {
@@ -229,13 +245,15 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.metadata, "metadata", "metadata KEY=VALUE (repeatable)")
 	f.net.register(fs, "network")
 	fs.StringVar(&f.pool, "pool", "", "warm pool to take the sandbox from (default: a pool of the same shape, if any)")
+	fs.StringVar(&f.fromSnapshot, "from-snapshot", "", "start from a snapshot (its template, runtime, limits and environment are the defaults)")
 	f.timers.register(fs)
 }
 
 func (f *createFlags) options() (corral.CreateOptions, error) {
-	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy(), Pool: f.pool}
-	if opts.Template == "" && opts.Pool == "" {
-		opts.Template = "default"
+	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy(),
+		Pool: f.pool, FromSnapshot: f.fromSnapshot}
+	if opts.Template == "" && opts.Pool == "" && opts.FromSnapshot == "" {
+		opts.Template = "default" // a pool or a snapshot names its template
 	}
 	idle, err := f.timers.apply(&opts.OnDeadline, &opts.OnIdle)
 	if err != nil {

@@ -269,6 +269,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
 		Admission:      cfg.Admission,
 		Metrics:        reg,
+		SnapshotDir:    filepath.Join(cfg.StateDir, "snapshots"),
 		Logger:         d.log,
 
 		PoolConcurrency: cfg.PoolConcurrency,

@@ -24,8 +24,9 @@ import (
 // no such sandboxes, and the SDKs parse endAt as a date).
 func noDeadline() time.Time { return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC) }
 
-// pauser is the Manager's optional pause ability. The facade uses it when
-// the Manager has it; until then pause answers "not supported".
+// pauser is the Manager's pause ability (sandbox.Manager has it). The
+// facade checks for it so that it builds on a Manager without it, where
+// pause answers "not supported".
 type pauser interface {
 	Pause(ctx context.Context, id string) (sandbox.Sandbox, error)
 	Resume(ctx context.Context, id string) (sandbox.Sandbox, error)

@@ -248,8 +248,20 @@ func TestControlPlane(t *testing.T) {
 	if again, _ := e.m.Get(e.id); !again.Deadline.Equal(after.Deadline) {
 		t.Errorf("connect shortened the deadline: %v -> %v", after.Deadline, again.Deadline)
 	}
-	if code := e.api("POST", "/sandboxes/"+e.id+"/pause", `{}`, &out); code != 501 || !strings.Contains(out["message"].(string), "pausing sandboxes is not supported") {
-		t.Errorf("pause: %d %v", code, out)
+	if code := e.api("POST", "/sandboxes/"+e.id+"/pause", `{}`, nil); code != 204 {
+		t.Errorf("pause: %d", code)
+	}
+	if sb, _ := e.m.Get(e.id); sb.State != sandbox.StatePaused {
+		t.Errorf("after pause the sandbox is %s", sb.State)
+	}
+	if code := e.api("POST", "/sandboxes/"+e.id+"/pause", `{}`, &out); code != 409 {
+		t.Errorf("pause of a paused sandbox: %d %v", code, out)
+	}
+	if code := e.api("POST", "/v2/sandboxes/"+e.id+"/connect", `{"timeout":600}`, &out); code != 201 {
+		t.Errorf("connect to a paused sandbox: %d %v", code, out)
+	}
+	if sb, _ := e.m.Get(e.id); sb.State != sandbox.StateRunning || sb.Deadline.Before(time.Now().Add(9*time.Minute)) {
+		t.Errorf("after connect the sandbox is %s with deadline %v", sb.State, sb.Deadline)
 	}
 	var metrics []map[string]any
 	if code := e.api("GET", "/sandboxes/"+e.id+"/metrics", "", &metrics); code != 200 || len(metrics) != 1 || metrics[0]["memTotal"] != float64(128<<20) {

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ func TestCreateClaimsFromPool(t *testing.T) {
 	if _, err := e.m.SetPool(t.Context(), sandbox.Pool{Name: "warm", Template: "bb", Size: 1}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.m.RemovePool(t.Context(), "warm") })
+	t.Cleanup(func() { _ = e.m.RemovePool(context.Background(), "warm") })
 	var member string
 	for deadline := time.Now().Add(10 * time.Second); member == ""; {
 		for _, sb := range e.m.List(sandbox.Filter{Pooled: true}) {

@@ -244,6 +244,12 @@ func TestLifecycleEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := h.m.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.m.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +258,7 @@ func TestLifecycleEvents(t *testing.T) {
 		t.Fatal("create with a failing driver succeeded")
 	}
 	var got []string
-	for len(got) < 5 {
+	for len(got) < 7 {
 		select {
 		case ev := <-sub.C():
 			s := ev.Type + " " + ev.State
@@ -264,7 +270,7 @@ func TestLifecycleEvents(t *testing.T) {
 			t.Fatalf("events so far: %v", got)
 		}
 	}
-	want := []string{"created creating", "running running", "deleted deleting", "created creating", "deleted creating !"}
+	want := []string{"created creating", "running running", "paused paused", "resumed running", "deleted deleting", "created creating", "deleted creating !"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}

@@ -87,6 +87,10 @@ type Config struct {
 	// PoolConcurrency bounds how many warm pool members are made at once
 	// (default 2; pool.go).
 	PoolConcurrency int
+	// SnapshotDir holds snapshots, one directory each; snapshots are
+	// available when it is set, Store implements SnapshotStore and
+	// Storage implements storage.Changes.
+	SnapshotDir string
 }
 
 // Manager creates, tracks, times out and destroys sandboxes. It is safe for
@@ -99,6 +103,7 @@ type Manager struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*entry
 	templates map[string]Template
+	snaps     snapshots
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -129,6 +134,9 @@ type entry struct {
 	netEnv []string
 	// act tracks exec, file and PTY activity for the idle timeout.
 	act activity
+	// savedPaused says that the sandbox's memory was checkpointed while
+	// it was paused, which gVisor allows once per pause (capture); under op.
+	savedPaused bool
 }
 
 // New validates cfg and returns a Manager; call Start to load state.
@@ -205,6 +213,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	for _, sb := range m.List(Filter{Pooled: true}) {
 		m.adm.hold(sb.ID, claimOf(sb))
 	}
+	if err := m.reconcileSnapshots(ctx); err != nil {
+		return err
+	}
 	if err := m.loadPools(ctx); err != nil {
 		return err
 	}
@@ -235,7 +246,7 @@ func (m *Manager) Close() error {
 func (m *Manager) Runtimes() []RuntimeInfo {
 	out := make([]RuntimeInfo, 0, len(m.drivers))
 	for name, d := range m.drivers {
-		out = append(out, RuntimeInfo{Name: name, Default: name == m.cfg.DefaultRuntime, Capabilities: d.Capabilities()})
+		out = append(out, RuntimeInfo{Name: name, Default: name == m.cfg.DefaultRuntime, Capabilities: d.Capabilities(), Snapshot: m.SnapshotKind(name)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -246,6 +257,9 @@ type RuntimeInfo struct {
 	Name         string              `json:"name"`
 	Default      bool                `json:"default"`
 	Capabilities driver.Capabilities `json:"capabilities"`
+	// Snapshot is the kind of snapshot and fork the runtime gives
+	// (SnapshotMemory or SnapshotFilesystem), empty when none.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Create makes a sandbox and returns it running. It records the sandbox
@@ -253,23 +267,32 @@ type RuntimeInfo struct {
 // releases everything it acquired and forgets the sandbox.
 //
 // A spec that matches a warm pool (pool.go) gets a sandbox from it when one
-// is ready, and a cold create otherwise.
+// is ready, and a cold create otherwise. With spec.FromSnapshot it starts
+// from a snapshot (createFromSnapshot).
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	if spec.FromSnapshot != "" {
+		return m.createFromSnapshot(ctx, spec)
+	}
 	spec, sb, claimed, err := m.claim(ctx, spec)
 	if err != nil || claimed {
 		return sb, err
 	}
+	return m.createSpec(ctx, spec, nil)
+}
+
+// createSpec admits spec for ctx's caller and creates it (see create).
+func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource) (Sandbox, error) {
 	sb, drv, err := m.admit(spec)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	sb.Owner = principalOf(ctx)
-	return m.create(ctx, sb, drv)
+	return m.create(ctx, sb, drv, src)
 }
 
 // create makes the admitted sandbox sb on drv (see Create): a user's, or a
-// warm pool member.
-func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver) (Sandbox, error) {
+// warm pool member; starting from src's files (and memory) when src is set.
+func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource) (Sandbox, error) {
 	// Admission before anything is acquired; forget gives the claim back.
 	if err := m.adm.reserve(ctx, sb.ID, claimOf(sb)); err != nil {
 		return Sandbox{}, err
@@ -310,6 +333,11 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver) (Sa
 			m.log.Error("rolling back root", "sandbox_id", sb.ID, "err", err)
 		}
 	})
+	if src != nil {
+		if err := src.applyFiles(ctx, root); err != nil {
+			return fail(fmt.Errorf("restoring files of sandbox %s: %w", sb.ID, err))
+		}
+	}
 	storageDone := time.Now()
 	netSpec, err := m.setupNetwork(ctx, sb)
 	if err != nil {
@@ -321,7 +349,7 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver) (Sa
 		}
 	})
 	networkDone := time.Now()
-	err = drv.Create(ctx, driver.Spec{
+	err = m.startInstance(ctx, drv, driver.Spec{
 		ID:       sb.ID,
 		RootFS:   root,
 		Hostname: sb.ID,
@@ -331,7 +359,7 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver) (Sa
 			Pids:        sb.Pids,
 		},
 		Network: netSpec,
-	})
+	}, src)
 	if err != nil {
 		return fail(fmt.Errorf("starting sandbox %s: %w", sb.ID, err))
 	}
@@ -856,6 +884,10 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 		m.mu.Unlock()
 		slices.Sort(users)
 		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d sandbox(es): %s", name, len(users), strings.Join(users, ", "))
+	}
+	if snaps := m.snapshotUsers(name); len(snaps) > 0 {
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d snapshot(s): %s", name, len(snaps), strings.Join(snaps, ", "))
 	}
 	delete(m.templates, name)
 	m.mu.Unlock()

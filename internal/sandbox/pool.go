@@ -319,7 +319,7 @@ func (m *Manager) makeMember(ctx context.Context, def Pool) (string, error) {
 		return "", err
 	}
 	sb.Pool, sb.Deadline = def.Name, time.Time{}
-	sb, err = m.create(ctx, sb, drv)
+	sb, err = m.create(ctx, sb, drv, nil)
 	if err != nil {
 		return "", err
 	}

@@ -44,6 +44,15 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
 			case st == driver.StatusRunning:
 				sb.State, keep = StateRunning, true
+			case st == driver.StatusPaused && sb.State == StateRunning:
+				// Frozen by a snapshot or a pause that the daemon did
+				// not finish: the sandbox goes on running, or else is
+				// kept as paused, which it is.
+				sb.State, keep = StateRunning, true
+				if err := m.thaw(ctx, drv, sb.ID); err != nil {
+					m.log.Error("resuming sandbox frozen by an interrupted operation", "sandbox_id", sb.ID, "err", err)
+					sb.State = StatePaused
+				}
 			case st == driver.StatusPaused:
 				sb.State, keep = StatePaused, true
 			case sb.State == StateError:

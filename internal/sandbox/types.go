@@ -37,6 +37,10 @@ type Spec struct {
 	IdleTimeout time.Duration
 	OnDeadline  Action
 	OnIdle      Action
+	// FromSnapshot names a snapshot to start from: its template, runtime,
+	// limits and environment are the defaults, and the sandbox starts with
+	// its files (and, for a memory snapshot, its processes).
+	FromSnapshot string
 }
 
 // Sandbox is the Manager's record of one sandbox, as persisted in the store.

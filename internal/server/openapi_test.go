@@ -204,6 +204,11 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Event":                {events.Event{}},
 		"PoolRequest":          {PoolRequest{}},
 		"Pool":                 {PoolView{}},
+		"Snapshot":             {SnapshotView{}},
+		"SnapshotRequest":      {SnapshotRequest{}},
+		"ForkRequest":          {ForkRequest{}},
+		"ResumeRequest":        {ResumeRequest{}},
+		"FromSnapshotRequest":  {FromSnapshotRequest{}},
 	}
 	// Health is written from a map literal, not a struct.
 	untyped := map[string]bool{"Health": true}

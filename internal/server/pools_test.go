@@ -46,10 +46,6 @@ func TestPoolsAPI(t *testing.T) {
 		err  func() error
 		code string
 	}{
-		{"pause without a pauser", func() error {
-			_, err := c.Create(ctx, corral.CreateOptions{Template: "bb", OnIdle: corral.ActionPause})
-			return err
-		}, corral.CodeNotImplemented},
 		{"unknown action", func() error {
 			_, err := c.Update(ctx, sb.ID, corral.UpdateOptions{OnDeadline: "boom"})
 			return err

@@ -129,7 +129,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/pools/{name}", s.getPool},
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
-	}, s.portRoutes()...)
+	}, append(s.portRoutes(), s.snapshotRoutes()...)...)
 }
 
 // Handler returns the API handler without authentication (for the

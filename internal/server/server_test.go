@@ -41,7 +41,8 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 		t.Fatal(err)
 	}
 	cfg := sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
-		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, Metrics: metrics.NewRegistry()}
+		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, Metrics: metrics.NewRegistry(),
+		SnapshotDir: filepath.Join(t.TempDir(), "snapshots")}
 	for _, mod := range mods {
 		mod(&cfg)
 	}

@@ -62,7 +62,7 @@ func viewOf(sb sandbox.Sandbox) SandboxView {
 // the server's defaults. Timeout is in seconds: omitted means the server
 // default, 0 means no deadline (if the server allows it).
 type CreateRequest struct {
-	Template string            `json:"template"`
+	Template string            `json:"template,omitempty"`
 	Runtime  string            `json:"runtime,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
@@ -81,22 +81,26 @@ type CreateRequest struct {
 	IdleTimeout int64  `json:"idle_timeout,omitempty"`
 	OnDeadline  string `json:"on_deadline,omitempty"`
 	OnIdle      string `json:"on_idle,omitempty"`
+	// FromSnapshot starts the sandbox from a snapshot; template, runtime,
+	// limits and environment default to the snapshot's.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 func (r CreateRequest) spec() sandbox.Spec {
 	s := sandbox.Spec{
-		Template:    r.Template,
-		Runtime:     r.Runtime,
-		MilliCPUs:   int64(math.Round(r.CPUs * 1000)),
-		MemoryBytes: r.MemoryMB << 20,
-		Pids:        r.Pids,
-		DiskBytes:   r.DiskMB << 20,
-		Env:         r.Env,
-		Metadata:    r.Metadata,
-		Pool:        r.Pool,
-		IdleTimeout: time.Duration(r.IdleTimeout) * time.Second,
-		OnDeadline:  sandbox.Action(r.OnDeadline),
-		OnIdle:      sandbox.Action(r.OnIdle),
+		FromSnapshot: r.FromSnapshot,
+		Template:     r.Template,
+		Runtime:      r.Runtime,
+		MilliCPUs:    int64(math.Round(r.CPUs * 1000)),
+		MemoryBytes:  r.MemoryMB << 20,
+		Pids:         r.Pids,
+		DiskBytes:    r.DiskMB << 20,
+		Env:          r.Env,
+		Metadata:     r.Metadata,
+		Pool:         r.Pool,
+		IdleTimeout:  time.Duration(r.IdleTimeout) * time.Second,
+		OnDeadline:   sandbox.Action(r.OnDeadline),
+		OnIdle:       sandbox.Action(r.OnIdle),
 	}
 	if r.Timeout != nil {
 		d := time.Duration(*r.Timeout) * time.Second

@@ -59,3 +59,15 @@ type RootOptions struct {
 	// DiskBytes limits the bytes the sandbox can write; 0 is no limit.
 	DiskBytes int64
 }
+
+// Changes is a Backend that keeps each root's writes apart from its
+// template, so that they can be saved and replayed on a fresh root of the
+// same template (snapshots, forks).
+type Changes interface {
+	// ChangesPath is the host path of the tree holding root id's changes
+	// in overlayfs upper-layer form: changed and new files, whiteouts
+	// (0/0 character devices) for removed ones, and opaque directories
+	// (xattr trusted.overlay.opaque="y") for replaced ones. It must only
+	// be read while the sandbox cannot write.
+	ChangesPath(id string) string
+}

@@ -21,7 +21,10 @@ type Store struct {
 	db *sql.DB
 }
 
-var _ sandbox.Store = (*Store)(nil)
+var (
+	_ sandbox.Store         = (*Store)(nil)
+	_ sandbox.SnapshotStore = (*Store)(nil)
+)
 
 const schema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -34,6 +37,10 @@ CREATE TABLE IF NOT EXISTS templates (
 	data TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS pools (
+	name TEXT PRIMARY KEY,
+	data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshots (
 	name TEXT PRIMARY KEY,
 	data TEXT NOT NULL
 );

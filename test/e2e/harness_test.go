@@ -257,7 +257,7 @@ func (d *daemon) corral(args ...string) (string, string, int) {
 
 func (d *daemon) create(t testing.TB, opts corral.CreateOptions) *corral.Sandbox {
 	t.Helper()
-	if opts.Template == "" {
+	if opts.Template == "" && opts.FromSnapshot == "" {
 		opts.Template = "bb"
 	}
 	sb, err := d.client.Create(t.Context(), opts)

@@ -519,12 +519,33 @@ func (d *Driver) OOMKills(ctx context.Context, id string) (int64, error) {
 
 // Pause freezes every process of the container (cgroup freezer).
 func (d *Driver) Pause(ctx context.Context, id string) error {
-	return d.simple(ctx, "pausing", id, "pause")
+	return d.freeze(ctx, "pausing", id, true)
 }
 
 // Resume thaws a paused container.
 func (d *Driver) Resume(ctx context.Context, id string) error {
-	return d.simple(ctx, "resuming", id, "resume")
+	return d.freeze(ctx, "resuming", id, false)
+}
+
+// freeze writes the container's freezer cgroup itself, as `runc pause`
+// and `runc resume` would (see ocirt.Cgroup.Freeze), after checking that
+// runc knows the container.
+func (d *Driver) freeze(ctx context.Context, doing, id string, frozen bool) error {
+	if err := ocirt.CheckID(id); err != nil {
+		return fmt.Errorf("%s container %s: %w", doing, id, err)
+	}
+	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err != nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "%s container %s: not found", doing, id)
+	}
+	cg := d.cgroup(id)
+	if cg.Frozen() == frozen {
+		state := map[bool]string{true: "paused", false: "not paused"}[frozen]
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s container %s: it is %s", doing, id, state)
+	}
+	if err := cg.Freeze(ctx, frozen); err != nil {
+		return fmt.Errorf("%s container %s: %w", doing, id, err)
+	}
+	return nil
 }
 
 // Update replaces the container's CPU, memory and pids limits; zero fields
@@ -540,13 +561,6 @@ func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) erro
 	}
 	if _, err := d.cli.Run(ctx, doc, "update", "-r", "-", id); err != nil {
 		return fmt.Errorf("updating container %s: %w", id, ocirt.Classify(err))
-	}
-	return nil
-}
-
-func (d *Driver) simple(ctx context.Context, doing, id, verb string) error {
-	if err := d.cli.Do(ctx, verb, id); err != nil {
-		return fmt.Errorf("%s container %s: %w", doing, id, err)
 	}
 	return nil
 }

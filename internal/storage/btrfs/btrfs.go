@@ -117,7 +117,10 @@ type Backend struct {
 	quotaOn bool // qgroups known to be enabled
 }
 
-var _ storage.Backend = (*Backend)(nil)
+var (
+	_ storage.Backend = (*Backend)(nil)
+	_ storage.Changes = (*Backend)(nil)
+)
 
 // New opens the btrfs storage under cfg.Dir, creating and mounting the
 // loop image if needed. If the image is already mounted at Dir/mnt (the
@@ -317,6 +320,12 @@ func (b *Backend) ScratchDir(name string) (string, error) {
 // RootPath returns the path of root id's overlay mount, Dir/merged/<id>.
 func (b *Backend) RootPath(id string) string {
 	return filepath.Join(b.mergedDir(), id)
+}
+
+// ChangesPath is the upper directory of root id, in its subvolume
+// (storage.Changes).
+func (b *Backend) ChangesPath(id string) string {
+	return filepath.Join(b.rootsDir(), id, "upper")
 }
 
 // CreateTemplate fills a fresh subvolume under a temporary name, raises

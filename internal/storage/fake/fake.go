@@ -27,7 +27,10 @@ type Backend struct {
 	FailCreateRoot func(id string) error
 }
 
-var _ storage.Backend = (*Backend)(nil)
+var (
+	_ storage.Backend = (*Backend)(nil)
+	_ storage.Changes = (*Backend)(nil)
+)
 
 // New returns a backend keeping its trees under dir.
 func New(dir string) *Backend { return &Backend{dir: dir} }
@@ -116,6 +119,11 @@ func (b *Backend) Roots(context.Context) ([]string, error) { return b.list("root
 
 // RootPath is the root's directory.
 func (b *Backend) RootPath(id string) string { return filepath.Join(b.dir, "roots", id) }
+
+// ChangesPath is the whole root (storage.Changes): a fake root is a full
+// copy of its template, and replaying all of it on a fresh copy gives
+// the same tree.
+func (b *Backend) ChangesPath(id string) string { return b.RootPath(id) }
 
 // Close does nothing.
 func (b *Backend) Close() error { return nil }

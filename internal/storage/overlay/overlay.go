@@ -60,7 +60,10 @@ type Backend struct {
 	layers *ovl.Layers
 }
 
-var _ storage.Backend = (*Backend)(nil)
+var (
+	_ storage.Backend = (*Backend)(nil)
+	_ storage.Changes = (*Backend)(nil)
+)
 
 // New opens the overlay storage under cfg.Dir. It removes templates that a
 // crash left unfinished, seals every template again (bind mounts do not
@@ -150,6 +153,11 @@ func (b *Backend) TemplatePath(name string) string {
 // RootPath returns the path of root id's overlay mount (roots/<id>/merged).
 func (b *Backend) RootPath(id string) string {
 	return filepath.Join(b.rootsDir(), id, "merged")
+}
+
+// ChangesPath is the upper directory of root id (storage.Changes).
+func (b *Backend) ChangesPath(id string) string {
+	return filepath.Join(b.rootsDir(), id, "upper")
 }
 
 // CreateTemplate fills a directory under a temporary name, renames it to

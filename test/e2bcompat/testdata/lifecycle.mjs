@@ -1,5 +1,6 @@
 // Sandbox lifecycle through the e2b SDK's public API: create, info, list,
-// timeouts, connect, metrics, kill, and the errors of what Corral cannot do.
+// timeouts, connect, pause and resume, metrics, kill, and the errors of what
+// Corral cannot do.
 import { Sandbox, SandboxNotFoundError } from 'e2b'
 import { check, rejects } from './check.mjs'
 
@@ -41,7 +42,14 @@ try {
   await rejects(Sandbox.create('no-such-template'), /template "no-such-template" not found/, 'unknown template')
   await rejects(Sandbox.create('base', { allowInternetAccess: true }), /no network/, 'internet access')
   await rejects(Sandbox.create('base', { lifecycle: { onTimeout: 'pause' } }), /autoPause/, 'pause on timeout')
-  await rejects(sbx.pause(), /pausing sandboxes is not supported/, 'pause')
+
+  // Pause, then connect resumes: the sandbox runs commands again.
+  await sbx.pause()
+  check((await sbx.getInfo()).state === 'paused', 'getInfo state after pause')
+  await rejects(sbx.commands.run('echo'), /paused|not running/i, 'command in a paused sandbox')
+  const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 })
+  check((await sbx.getInfo()).state === 'running', 'getInfo state after connect')
+  check((await resumed.commands.run('echo resumed')).stdout === 'resumed\n', 'command after resume')
 } finally {
   await sbx.kill()
 }

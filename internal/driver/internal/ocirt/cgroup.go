@@ -3,6 +3,7 @@ package ocirt
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -248,4 +249,46 @@ func (c Cgroup) Exists() error {
 		return err
 	}
 	return nil
+}
+
+// Freeze freezes (or thaws) every task of the cgroup through its freezer
+// and waits until the kernel reports the new state: the same thing `runc
+// pause` and `runc resume` do, without starting a process (a few hundred
+// microseconds instead of 5-6 ms). runc reads the freezer to tell a
+// paused container, so `runc state` and `runc delete` agree with it.
+func (c Cgroup) Freeze(ctx context.Context, frozen bool) error {
+	file, value, done := filepath.Join(c.Dir("freezer"), "freezer.state"), "THAWED", "THAWED"
+	if frozen {
+		value, done = "FROZEN", "FROZEN"
+	}
+	if c.V2 {
+		file, value, done = filepath.Join(c.Dir(""), "cgroup.freeze"), "0", "frozen 0"
+		if frozen {
+			value, done = "1", "frozen 1"
+		}
+	}
+	if err := os.WriteFile(file, []byte(value), 0); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return errdefs.Errorf(errdefs.ErrNotFound, "cgroup %s not found", c.Path)
+		}
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	state := file
+	if c.V2 {
+		state = filepath.Join(c.Dir(""), "cgroup.events")
+	}
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		b, err := os.ReadFile(state)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", state, err)
+		}
+		if bytes.Contains(b, []byte(done)) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to become %s: %w", state, done, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }

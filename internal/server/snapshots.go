@@ -1,0 +1,182 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/wire"
+)
+
+// SnapshotView is a snapshot as the API shows it; like SandboxView it
+// leaves out environment values.
+type SnapshotView struct {
+	Name      string            `json:"name"`
+	Kind      string            `json:"kind"`
+	SandboxID string            `json:"sandbox_id"`
+	Template  string            `json:"template"`
+	Runtime   string            `json:"runtime"`
+	CPUs      float64           `json:"cpus"`
+	MemoryMB  int64             `json:"memory_mb"`
+	Pids      int64             `json:"pids"`
+	DiskMB    int64             `json:"disk_mb,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	SizeBytes int64             `json:"size_bytes"`
+}
+
+func snapshotView(s sandbox.Snapshot) SnapshotView {
+	return SnapshotView{
+		Name: s.Name, Kind: s.Kind, SandboxID: s.SandboxID, Template: s.Template, Runtime: s.Runtime,
+		CPUs: float64(s.MilliCPUs) / 1000, MemoryMB: s.MemoryBytes >> 20, Pids: s.Pids, DiskMB: s.DiskBytes >> 20,
+		Metadata: s.Metadata, CreatedAt: s.CreatedAt, SizeBytes: s.SizeBytes,
+	}
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	Name     string            `json:"name"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count int `json:"count"`
+}
+
+// ResumeRequest is the optional body of POST /v1/sandboxes/{id}/resume:
+// the new deadline is now + Timeout seconds (omitted: the server default;
+// 0: no deadline, if allowed).
+type ResumeRequest struct {
+	Timeout *int64 `json:"timeout,omitempty"`
+}
+
+// FromSnapshotRequest is the body of
+// POST /v1/templates/{name}/from-snapshot.
+type FromSnapshotRequest struct {
+	Snapshot string `json:"snapshot"`
+}
+
+func (s *Server) snapshotRoutes() []route {
+	return []route{
+		{"POST /v1/sandboxes/{id}/pause", s.pauseSandbox},
+		{"POST /v1/sandboxes/{id}/resume", s.resumeSandbox},
+		{"POST /v1/sandboxes/{id}/snapshots", s.createSnapshot},
+		{"POST /v1/sandboxes/{id}/fork", s.forkSandbox},
+		{"GET /v1/snapshots", s.listSnapshots},
+		{"GET /v1/snapshots/{name}", s.getSnapshot},
+		{"DELETE /v1/snapshots/{name}", s.deleteSnapshot},
+		{"POST /v1/templates/{name}/from-snapshot", s.templateFromSnapshot},
+	}
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Pause(r.Context(), r.PathValue("id"))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb))
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+	var req ResumeRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			wire.WriteError(w, err)
+			return
+		}
+	}
+	var sb sandbox.Sandbox
+	var err error
+	switch {
+	case req.Timeout == nil:
+		sb, err = s.m.Resume(r.Context(), r.PathValue("id"))
+	case *req.Timeout < 0:
+		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
+	default:
+		sb, err = s.m.ResumeFor(r.Context(), r.PathValue("id"), time.Duration(*req.Timeout)*time.Second)
+	}
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb))
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req SnapshotRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	snap, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name, Metadata: req.Metadata})
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snapshotView(snap))
+}
+
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
+	var req ForkRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	copies, err := s.m.Fork(r.Context(), r.PathValue("id"), req.Count)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	out := make([]SandboxView, len(copies))
+	for i, sb := range copies {
+		out[i] = viewOf(sb)
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	list := s.m.Snapshots()
+	out := make([]SnapshotView, len(list))
+	for i, snap := range list {
+		out[i] = snapshotView(snap)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.m.GetSnapshot(r.PathValue("name"))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snapshotView(snap))
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteSnapshot(r.Context(), r.PathValue("name")); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) templateFromSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req FromSnapshotRequest
+	if err := decode(r, &req); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if req.Snapshot == "" {
+		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot is required"))
+		return
+	}
+	t, err := s.m.TemplateFromSnapshot(r.Context(), r.PathValue("name"), req.Snapshot)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
