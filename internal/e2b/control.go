@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 )
@@ -111,32 +113,25 @@ type networkConfig struct {
 // check refuses the options Corral cannot honor, naming the limit, rather
 // than create a sandbox that differs from what was asked. Accepted
 // without effect: secure (envd always needs the access token),
-// allowPublicTraffic and httpsPorts (no sandbox port is exposed), denyOut
-// and allow_internet_access false (sandboxes have no network).
+// allowPublicTraffic and httpsPorts (ports are reached with a credential
+// through the daemon).
 func (n newSandbox) check() error {
 	notSupported := func(what, why string) error {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s is not supported by Corral: %s", what, why)
 	}
-	const noNetwork = "Corral sandboxes have no network yet (loopback only)"
 	switch {
 	case n.TemplateID == "":
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "templateID is required: name a Corral template")
 	case n.Timeout != nil && *n.Timeout < 0:
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
-	case n.AutoPause != nil && *n.AutoPause:
-		return notSupported("autoPause (lifecycle.onTimeout \"pause\")", "a sandbox is deleted at its deadline; extend it with setTimeout")
 	case n.AutoResume != nil && n.AutoResume.Enabled:
-		return notSupported("autoResume", "sandboxes are not paused on timeout")
-	case n.AllowInternetAccess != nil && *n.AllowInternetAccess:
-		return notSupported("allowInternetAccess", noNetwork)
-	case n.Network != nil && len(n.Network.AllowOut) > 0:
-		return notSupported("network.allowOut", noNetwork)
+		return notSupported("autoResume", "a paused sandbox is resumed by connecting to it (Sandbox.connect), not by traffic")
 	case n.Network != nil && len(n.Network.Rules) > 0:
-		return notSupported("network.rules", noNetwork)
+		return notSupported("network.rules", "per-destination request rewriting is configured on Corral's own API (network headers)")
 	case n.Network != nil && len(n.Network.EgressProxy) > 0 && string(n.Network.EgressProxy) != "null":
-		return notSupported("network.egressProxy", noNetwork)
+		return notSupported("network.egressProxy", "egress goes through Corral's own filtering proxy")
 	case n.Network != nil && n.Network.MaskRequestHost != "":
-		return notSupported("network.maskRequestHost", "sandbox ports are not exposed through the E2B API")
+		return notSupported("network.maskRequestHost", "requests to sandbox ports keep their Host header")
 	case len(n.MCP) > 0 && string(n.MCP) != "null":
 		return notSupported("mcp", "there is no MCP gateway in Corral templates")
 	case len(n.VolumeMounts) > 0:
@@ -145,6 +140,49 @@ func (n newSandbox) check() error {
 		return notSupported("iam", "Corral issues no workload identity tokens")
 	}
 	return nil
+}
+
+// policy maps E2B's network options onto a Corral policy; ok is false
+// when the request leaves the network to the server's default.
+// allowInternetAccess true is mode open, false mode none. allowOut lists
+// what the sandbox may reach (IPv4 addresses, CIDRs, domains with an
+// optional "*." prefix) and becomes an allowlist; denyOut may only deny
+// everything (0.0.0.0/0), which the allowlist does already: Corral cannot
+// subtract single ranges from open internet access.
+func (n newSandbox) policy() (p egress.Policy, ok bool, err error) {
+	var allow, deny []string
+	if n.Network != nil {
+		allow, deny = n.Network.AllowOut, n.Network.DenyOut
+	}
+	for _, d := range deny {
+		if d != "0.0.0.0/0" {
+			return p, false, errdefs.Errorf(errdefs.ErrInvalidArgument,
+				"network.denyOut %q is not supported by Corral: only 0.0.0.0/0 (deny all but allowOut); name what the sandbox may reach in allowOut", d)
+		}
+	}
+	switch {
+	case len(allow) > 0:
+		if n.AllowInternetAccess != nil && *n.AllowInternetAccess && len(deny) == 0 {
+			return p, false, errdefs.Errorf(errdefs.ErrInvalidArgument,
+				"network.allowOut with allowInternetAccess true is not supported by Corral: an allowOut list allows only what it names")
+		}
+		p.Mode = egress.ModeAllowlist
+		for _, a := range allow {
+			if pre, err := netip.ParsePrefix(a); err == nil {
+				p.CIDRs = append(p.CIDRs, egress.CIDRRule{Prefix: pre})
+			} else if addr, err := netip.ParseAddr(a); err == nil {
+				p.CIDRs = append(p.CIDRs, egress.CIDRRule{Prefix: netip.PrefixFrom(addr, addr.BitLen())})
+			} else {
+				p.Domains = append(p.Domains, egress.DomainRule{Name: a})
+			}
+		}
+		return p, true, nil
+	case len(deny) > 0 || (n.AllowInternetAccess != nil && !*n.AllowInternetAccess):
+		return egress.Policy{Mode: egress.ModeNone}, true, nil
+	case n.AllowInternetAccess != nil && *n.AllowInternetAccess:
+		return egress.Policy{Mode: egress.ModeOpen}, true, nil
+	}
+	return p, false, nil
 }
 
 // sandboxInfo is E2B's Sandbox (create, connect, resume) and, with the
@@ -210,6 +248,9 @@ func (s *Server) info(sb sandbox.Sandbox, token, detail bool) sandboxInfo {
 		}
 		if token {
 			out.Lifecycle = &lifecycle{OnTimeout: "kill"}
+			if sb.OnDeadline == sandbox.ActionPause {
+				out.Lifecycle.OnTimeout = "pause"
+			}
 		}
 	}
 	return out
@@ -238,6 +279,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
+	if p, ok, err := req.policy(); err != nil {
+		writeAPIError(w, err)
+		return
+	} else if ok {
+		spec.Network = p
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		spec.OnDeadline = sandbox.ActionPause // lifecycle.onTimeout "pause"
+	}
 	if req.Timeout != nil {
 		// Corral reads 0 as "no deadline" (allowed when the server has no
 		// maximum); E2B has no such value.

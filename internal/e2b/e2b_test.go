@@ -9,10 +9,12 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,6 +27,8 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/fake"
+	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
 	"github.com/corralrun/corral/internal/store"
@@ -198,11 +202,31 @@ func TestControlPlane(t *testing.T) {
 	if code := e.api("POST", "/sandboxes", `{"templateID":"nope"}`, &out); code != 404 || out["code"] != 404.0 || !strings.Contains(out["message"].(string), `template "nope" not found`) {
 		t.Errorf("unknown template: %d %v", code, out)
 	}
-	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","allow_internet_access":true}`, &out); code != 400 || !strings.Contains(out["message"].(string), "no network") {
+	// This daemon has no network support: asking for the internet is
+	// refused clearly, not ignored.
+	out = nil
+	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","allow_internet_access":true}`, &out); code != 409 || !strings.Contains(out["message"].(string), "without network support") {
 		t.Errorf("internet access: %d %v", code, out)
 	}
-	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","autoPause":true}`, &out); code != 400 || !strings.Contains(out["message"].(string), "autoPause") {
-		t.Errorf("autoPause: %d %v", code, out)
+	out = nil
+	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","network":{"denyOut":["10.0.0.0/8"]}}`, &out); code != 400 || !strings.Contains(out["message"].(string), "denyOut") {
+		t.Errorf("denyOut of one range: %d %v", code, out)
+	}
+	out = nil
+	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","autoResume":{"enabled":true}}`, &out); code != 400 || !strings.Contains(out["message"].(string), "autoResume") {
+		t.Errorf("autoResume: %d %v", code, out)
+	}
+	// autoPause is the pause action at the deadline.
+	out = nil
+	if code := e.api("POST", "/sandboxes", `{"templateID":"bb","autoPause":true}`, &out); code != 201 {
+		t.Fatalf("autoPause: %d %v", code, out)
+	}
+	paused := out["sandboxID"].(string)
+	if sb, err := e.m.Get(paused); err != nil || sb.OnDeadline != sandbox.ActionPause {
+		t.Errorf("autoPause sandbox: %+v %v", sb, err)
+	}
+	if err := e.m.Delete(t.Context(), paused); err != nil {
+		t.Fatal(err)
 	}
 	req, _ := http.NewRequest("GET", e.ts.URL+"/v2/sandboxes", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -666,5 +690,43 @@ func TestCloseEndsStreams(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not end the stream")
+	}
+}
+
+func TestNetworkOptions(t *testing.T) {
+	yes, no := true, false
+	for _, tt := range []struct {
+		name string
+		req  newSandbox
+		want egress.Policy
+		ok   bool
+		err  string
+	}{
+		{name: "nothing: the server's default", req: newSandbox{}},
+		{name: "internet", req: newSandbox{AllowInternetAccess: &yes}, want: egress.Policy{Mode: egress.ModeOpen}, ok: true},
+		{name: "no internet", req: newSandbox{AllowInternetAccess: &no}, want: egress.Policy{Mode: egress.ModeNone}, ok: true},
+		{name: "deny all", req: newSandbox{Network: &networkConfig{DenyOut: []string{"0.0.0.0/0"}}}, want: egress.Policy{Mode: egress.ModeNone}, ok: true},
+		{name: "allow list", req: newSandbox{Network: &networkConfig{DenyOut: []string{"0.0.0.0/0"}, AllowOut: []string{"1.2.3.4", "10.1.0.0/16", "*.example.test"}}},
+			want: egress.Policy{Mode: egress.ModeAllowlist,
+				CIDRs:   []egress.CIDRRule{{Prefix: netip.MustParsePrefix("1.2.3.4/32")}, {Prefix: netip.MustParsePrefix("10.1.0.0/16")}},
+				Domains: []egress.DomainRule{{Name: "*.example.test"}}}, ok: true},
+		{name: "deny one range", req: newSandbox{Network: &networkConfig{DenyOut: []string{"10.0.0.0/8"}}}, err: "denyOut"},
+		{name: "allow list with open internet", req: newSandbox{AllowInternetAccess: &yes, Network: &networkConfig{AllowOut: []string{"example.test"}}}, err: "allowOut"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ok, err := tt.req.policy()
+			if tt.err != "" {
+				if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("policy: %v, want invalid argument naming %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil || ok != tt.ok {
+				t.Fatalf("policy: ok %v, %v", ok, err)
+			}
+			if diff := cmp.Diff(tt.want, p, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("policy (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
