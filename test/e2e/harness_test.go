@@ -296,3 +296,16 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// logged waits up to 5 s for the daemon's log to hold s n times: the log
+// arrives through a pipe, after the API response that it explains.
+func (d *daemon) logged(s string, n int) bool {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if strings.Count(d.logs.String(), s) >= n {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}

@@ -67,7 +67,7 @@ func TestWarmPool(t *testing.T) {
 	before := time.Now()
 	sb := d.create(t, corral.CreateOptions{Template: "bb", MemoryMB: 128, Timeout: corral.Timeout(time.Minute),
 		Env: map[string]string{"GREETING": "warm hello"}, Metadata: map[string]string{"who": "e2e"}})
-	if !strings.Contains(d.logs.String(), `sandbox claimed from pool" sandbox_id=`+sb.ID) {
+	if !d.logged(`sandbox claimed from pool" sandbox_id=`+sb.ID, 1) {
 		t.Fatalf("create of the pool's shape did not claim\nlogs:\n%s", d.logs.String())
 	}
 	if got, _ := d.execOut(t, sb.ID, "echo $GREETING"); got != "warm hello\n" {
@@ -146,9 +146,27 @@ func TestIdleTimeoutDestroys(t *testing.T) {
 	if !strings.Contains(d.logs.String(), `sandbox timer fired" sandbox_id=`+idle+" timer=idle action=destroy") {
 		t.Fatalf("no idle timer log\nlogs:\n%s", d.logs.String())
 	}
-	// The pause action needs the Manager's Pause, which this branch lacks.
-	if _, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", OnIdle: corral.ActionPause}); corral.ErrorCode(err) != corral.CodeNotImplemented {
-		t.Fatalf("on_idle pause: %v", err)
+	// on_idle pause freezes the idle sandbox instead; resuming it brings it
+	// back with its files and processes.
+	paused := d.create(t, corral.CreateOptions{IdleTimeout: 2 * time.Second, OnIdle: corral.ActionPause})
+	d.execOut(t, paused.ID, "echo kept > /tmp/f")
+	for end := time.Now().Add(6 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		sb, err := d.client.Get(ctx, paused.ID)
+		if err != nil {
+			t.Fatalf("sandbox with on_idle pause: %v", err)
+		}
+		if sb.State == "paused" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("sandbox not paused 6 s after an idle timeout of 2 s: %s", sb.State)
+		}
+	}
+	if _, err := d.client.Resume(ctx, paused.ID, corral.Timeout(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.execOut(t, paused.ID, "cat /tmp/f"); got != "kept\n" {
+		t.Fatalf("file after idle pause and resume: %q", got)
 	}
 }
 
@@ -196,7 +214,8 @@ func warmClaim(b *testing.B, d *daemon, runtime string) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	if n := strings.Count(d.logs.String(), "sandbox claimed from pool"); n != b.N {
+	if !d.logged("sandbox claimed from pool", b.N) {
+		n := strings.Count(d.logs.String(), "sandbox claimed from pool")
 		b.Fatalf("%d of %d creates claimed from the pool", n, b.N)
 	}
 	reportPercentiles(b, "claim-", claim)
@@ -215,7 +234,7 @@ func TestWarmPoolNetwork(t *testing.T) {
 	}
 	d.waitPoolFull(t, "net")
 	sb := d.create(t, corral.CreateOptions{Pool: "net", Network: &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}})
-	if !strings.Contains(d.logs.String(), `sandbox claimed from pool" sandbox_id=`+sb.ID) {
+	if !d.logged(`sandbox claimed from pool" sandbox_id=`+sb.ID, 1) {
 		t.Fatalf("create did not claim\nlogs:\n%s", d.logs.String())
 	}
 	if sb.Network == nil || sb.Network.Mode != "allowlist" || len(sb.Network.AllowDomains) != 1 {
@@ -246,7 +265,7 @@ func TestWarmPoolGVisor(t *testing.T) {
 		t.Fatalf("gVisor pool member not adopted after a crash\nlogs:\n%s", d.logs.String())
 	}
 	sb := d.create(t, corral.CreateOptions{Template: "bb", Runtime: "gvisor", Env: map[string]string{"K": "v"}})
-	if !strings.Contains(d.logs.String(), `sandbox claimed from pool" sandbox_id=`+sb.ID) {
+	if !d.logged(`sandbox claimed from pool" sandbox_id=`+sb.ID, 1) {
 		t.Fatalf("create did not claim\nlogs:\n%s", d.logs.String())
 	}
 	if got, _ := d.execOut(t, sb.ID, "echo $K; uname -r"); !strings.HasPrefix(got, "v\n") || !strings.Contains(got, "gvisor") {
