@@ -5,8 +5,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // builds holds the binaries built by this test process, by package.
@@ -46,7 +50,7 @@ func StaticBinary(t testing.TB, pkg string) string {
 	}
 	builds.Unlock()
 	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "corral-bin-")
+		dir, err := binDir()
 		if err != nil {
 			b.err = err
 			return
@@ -61,6 +65,23 @@ func StaticBinary(t testing.TB, pkg string) string {
 		t.Fatalf("building %s: %v\n%s", pkg, b.err, b.out)
 	}
 	return b.path
+}
+
+// binDir returns the directory for this test process's binaries,
+// corral-bin-<pid> in the temporary directory, after removing those of
+// processes that are gone: a test process cannot remove its own at exit
+// (tests share it; no package-wide cleanup exists), and each is 25 MB.
+func binDir() (string, error) {
+	old, _ := filepath.Glob(filepath.Join(os.TempDir(), "corral-bin-*"))
+	for _, d := range old {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "corral-bin-"))
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue // not ours, or its process is alive
+		}
+		_ = os.RemoveAll(d)
+	}
+	dir := filepath.Join(os.TempDir(), "corral-bin-"+strconv.Itoa(os.Getpid()))
+	return dir, os.MkdirAll(dir, 0o700)
 }
 
 func moduleRoot() string {
