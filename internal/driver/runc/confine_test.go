@@ -37,6 +37,20 @@ func TestConfinement(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { d.Delete(context.Background(), "conf") })
+			if userns {
+				// No session keyring charged to the host user that every
+				// sandbox's root maps to: the kernel allows a user 200 keys,
+				// so one keyring per sandbox stopped the 201st.
+				users, err := os.ReadFile("/proc/key-users")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Split(string(users), "\n") {
+					if f := strings.Fields(line); len(f) > 0 && f[0] == strconv.Itoa(idBase)+":" {
+						t.Errorf("the sandbox's root (host uid %d) owns keys: %s", idBase, line)
+					}
+				}
+			}
 			status, err := execOnce(ctx, d, "conf", "cat /proc/self/status")
 			if err != nil {
 				t.Fatal(err)

@@ -357,7 +357,12 @@ func (d *Driver) run(ctx context.Context, id, dir, sock string) (pid int, ready 
 	// runc passes its stdio through to the container's init when it has no
 	// terminal, so the agent's output and runc's own errors both land in
 	// agent.log. --preserve-fds 2 hands fds 3 and 4 (ExtraFiles) to init.
-	cmd := d.cli.Command(ctx, "run", "--detach", "--preserve-fds", "2", "--pid-file", pidPath, "--bundle", dir, id)
+	// --no-new-keyring: a session keyring per container is charged to the
+	// host user that sandbox root maps to, the same for every sandbox, and
+	// the kernel allows a user 200 keys (kernel.keys.maxkeys): the 201st
+	// sandbox failed to start. Sandboxes cannot use keyrings anyway (the
+	// seccomp profile denies keyctl, add_key and request_key).
+	cmd := d.cli.Command(ctx, "run", "--detach", "--no-new-keyring", "--preserve-fds", "2", "--pid-file", pidPath, "--bundle", dir, id)
 	cmd.ExtraFiles = []*os.File{w, lf}
 	if err := ocirt.RunLogged(ctx, cmd, filepath.Join(dir, logFile)); err != nil {
 		return 0, nil, fmt.Errorf("running runc: %w", err)
