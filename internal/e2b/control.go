@@ -51,30 +51,30 @@ func (s *Server) routeControl() {
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
-	mux.HandleFunc("GET /snapshots", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, []any{}) })
+	mux.HandleFunc("GET /snapshots", s.listSnapshots)
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
+	mux.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	mux.HandleFunc("DELETE /templates/{id}", s.deleteTemplate)
 	mux.HandleFunc("GET /templates", s.templates)
 	mux.HandleFunc("GET /templates/aliases/{alias}", s.templateAlias)
 
 	unsupported := map[string]string{
-		"POST /sandboxes/{id}/fork":      "forking sandboxes is not supported by Corral's E2B API yet",
-		"POST /sandboxes/{id}/snapshots": "snapshots are not supported by Corral's E2B API yet",
-		"PUT /sandboxes/{id}/network":    "network updates are not supported: Corral sandboxes have no network yet (loopback only)",
-		"GET /sandboxes/{id}/logs":       "sandbox logs are not kept by Corral",
-		"GET /v2/sandboxes/{id}/logs":    "sandbox logs are not kept by Corral",
-		"GET /teams/{id}/metrics":        "team metrics are not kept by Corral",
-		"POST /templates":                "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
-		"POST /v2/templates":             "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
-		"POST /v3/templates":             "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
-		"/templates/{id}/":               "managing templates through the E2B API is not supported: use `corral template`",
-		"/v2/templates/":                 "managing templates through the E2B API is not supported: use `corral template`",
-		"DELETE /templates/{id}":         "deleting templates or snapshots through the E2B API is not supported: use `corral template rm`",
-		"GET /templates/{id}":            "managing templates through the E2B API is not supported: use `corral template`",
-		"POST /templates/tags":           "template tags are not supported by Corral",
-		"DELETE /templates/tags":         "template tags are not supported by Corral",
-		"/volumes":                       "volumes are not supported by Corral's E2B API",
-		"/volumes/":                      "volumes are not supported by Corral's E2B API",
-		"/secrets":                       "secrets are not supported by Corral's E2B API",
-		"/secrets/":                      "secrets are not supported by Corral's E2B API",
+		"PUT /sandboxes/{id}/network": "network updates are not supported through the E2B API: use Corral's PUT /v1/sandboxes/{id}/network",
+		"GET /sandboxes/{id}/logs":    "sandbox logs are not kept by Corral",
+		"GET /v2/sandboxes/{id}/logs": "sandbox logs are not kept by Corral",
+		"GET /teams/{id}/metrics":     "team metrics are not kept by Corral",
+		"POST /templates":             "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"POST /v2/templates":          "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"POST /v3/templates":          "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"/templates/{id}/":            "managing templates through the E2B API is not supported: use `corral template`",
+		"/v2/templates/":              "managing templates through the E2B API is not supported: use `corral template`",
+		"GET /templates/{id}":         "managing templates through the E2B API is not supported: use `corral template`",
+		"POST /templates/tags":        "template tags are not supported by Corral",
+		"DELETE /templates/tags":      "template tags are not supported by Corral",
+		"/volumes":                    "volumes are not supported by Corral's E2B API",
+		"/volumes/":                   "volumes are not supported by Corral's E2B API",
+		"/secrets":                    "secrets are not supported by Corral's E2B API",
+		"/secrets/":                   "secrets are not supported by Corral's E2B API",
 	}
 	for pattern, msg := range unsupported {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, _ *http.Request) {
@@ -279,6 +279,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
+	if _, err := s.m.Template(req.TemplateID); err != nil {
+		// E2B starts a sandbox from a snapshot by naming it as the template.
+		if _, serr := s.m.GetSnapshot(req.TemplateID); serr == nil {
+			spec.Template, spec.FromSnapshot = "", req.TemplateID
+		}
+	}
 	if p, ok, err := req.policy(); err != nil {
 		writeAPIError(w, err)
 		return

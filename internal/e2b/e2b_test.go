@@ -65,7 +65,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
-		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}})
+		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, SnapshotDir: filepath.Join(t.TempDir(), "snapshots")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,6 +250,13 @@ type apiError struct {
 // writeAPIError writes err in E2B's REST error shape. Unavailable becomes
 // 502, which is what E2B answers for a sandbox that is gone.
 func writeAPIError(w http.ResponseWriter, err error) {
+	e := apiErrorOf(err)
+	wire.SetRetryAfter(w, err)
+	writeJSON(w, e.Code, e)
+}
+
+// apiErrorOf is err in E2B's REST error shape (see writeAPIError).
+func apiErrorOf(err error) apiError {
 	status := wire.HTTPStatus(errdefs.Code(err))
 	switch {
 	case errors.Is(err, errdefs.ErrUnavailable):
@@ -257,8 +264,7 @@ func writeAPIError(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 	}
-	wire.SetRetryAfter(w, err)
-	writeJSON(w, status, apiError{Code: status, Message: err.Error()})
+	return apiError{Code: status, Message: err.Error()}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

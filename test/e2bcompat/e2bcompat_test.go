@@ -18,7 +18,7 @@ func TestSDK(t *testing.T) {
 
 func testSDK(t *testing.T, runtime string) {
 	h := startHarness(t, runtime)
-	for _, script := range []string{"lifecycle", "commands", "files", "pty"} {
+	for _, script := range []string{"lifecycle", "commands", "files", "pty", "snapshots"} {
 		t.Run(script, func(t *testing.T) {
 			if out := h.node(t, script+".mjs"); !strings.Contains(out, "ok "+script) {
 				t.Fatalf("%s did not finish: %s", script, out)

@@ -2,7 +2,7 @@
 // timeouts, connect, pause and resume, metrics, kill, and the errors of what
 // Corral cannot do.
 import { Sandbox, SandboxNotFoundError } from 'e2b'
-import { check, rejects } from './check.mjs'
+import { check, rejects, sleep } from './check.mjs'
 
 const run = `r${Date.now()}`
 const sbx = await Sandbox.create('base', { timeoutMs: 120_000, metadata: { suite: 'e2bcompat', run } })
@@ -40,8 +40,26 @@ try {
 
   // What Corral does not do fails with a message naming the limit.
   await rejects(Sandbox.create('no-such-template'), /template "no-such-template" not found/, 'unknown template')
-  await rejects(Sandbox.create('base', { allowInternetAccess: true }), /no network/, 'internet access')
-  await rejects(Sandbox.create('base', { lifecycle: { onTimeout: 'pause' } }), /autoPause/, 'pause on timeout')
+  await rejects(Sandbox.create('base', { network: { denyOut: ['10.0.0.0/8'] } }), /denyOut/, 'denyOut of one range')
+
+  // Network options map onto Corral's policies: no internet at all here.
+  const closed = await Sandbox.create('base', { allowInternetAccess: false })
+  const lo = await closed.commands.run('ip -o link | grep -c -v " lo:" || true')
+  check(lo.stdout.trim() === '0', `allowInternetAccess false leaves loopback only: ${lo.stdout}`)
+  await closed.kill()
+
+  // onTimeout 'pause' pauses at the deadline; connect resumes.
+  const napper = await Sandbox.create('base', { timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+  await napper.files.write('/root/kept', 'yes')
+  let state = ''
+  for (let i = 0; i < 40 && state !== 'paused'; i++) {
+    await sleep(250)
+    state = (await napper.getInfo()).state
+  }
+  check(state === 'paused', `state after the deadline with onTimeout pause: ${state}`)
+  const woken = await Sandbox.connect(napper.sandboxId, { timeoutMs: 60_000 })
+  check((await woken.files.read('/root/kept')) === 'yes', 'files kept across the pause')
+  await woken.kill()
 
   // Pause, then connect resumes: the sandbox runs commands again.
   await sbx.pause()
