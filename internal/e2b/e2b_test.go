@@ -291,9 +291,6 @@ func TestControlPlane(t *testing.T) {
 	if code := e.api("GET", "/sandboxes/"+e.id+"/metrics", "", &metrics); code != 200 || len(metrics) != 1 || metrics[0]["memTotal"] != float64(128<<20) {
 		t.Errorf("metrics: %d %v", code, metrics)
 	}
-	if code := e.api("POST", "/sandboxes/"+e.id+"/fork", `{}`, &out); code != 501 || out["code"] != 501.0 {
-		t.Errorf("fork: %d %v", code, out)
-	}
 	if code := e.api("DELETE", "/sandboxes/"+e.id, "", nil); code != 204 {
 		t.Errorf("kill: %d", code)
 	}
