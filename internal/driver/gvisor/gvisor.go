@@ -604,12 +604,9 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 // own (the Sentry, the gofer), which is what the host pays. Pids is the
 // number of tasks inside gVisor, which the pids limit counts (innerPids).
 func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
-	if err := ocirt.CheckID(id); err != nil {
-		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
-	}
-	s, err := d.cgroup(id).Stats()
+	s, err := ocirt.InstanceStats(id, d.cgroup)
 	if err != nil {
-		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
+		return s, err
 	}
 	s.Pids = d.innerPids(ctx, id)
 	return s, nil
@@ -617,14 +614,7 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 
 // OOMKills reads the OOM-kill count of instance id's cgroup.
 func (d *Driver) OOMKills(ctx context.Context, id string) (int64, error) {
-	if err := ocirt.CheckID(id); err != nil {
-		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
-	}
-	n, err := d.cgroup(id).OOMKills()
-	if err != nil {
-		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
-	}
-	return n, nil
+	return ocirt.InstanceOOMKills(id, d.cgroup)
 }
 
 // Pause stops every task of the sandbox inside gVisor.

@@ -500,26 +500,12 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 
 // Stats reads the container's cgroup files; it does not run runc.
 func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
-	if err := ocirt.CheckID(id); err != nil {
-		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
-	}
-	s, err := d.cgroup(id).Stats()
-	if err != nil {
-		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
-	}
-	return s, nil
+	return ocirt.InstanceStats(id, d.cgroup)
 }
 
 // OOMKills reads the OOM-kill count of instance id's cgroup.
 func (d *Driver) OOMKills(ctx context.Context, id string) (int64, error) {
-	if err := ocirt.CheckID(id); err != nil {
-		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
-	}
-	n, err := d.cgroup(id).OOMKills()
-	if err != nil {
-		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
-	}
-	return n, nil
+	return ocirt.InstanceOOMKills(id, d.cgroup)
 }
 
 // Pause freezes every process of the container (cgroup freezer).

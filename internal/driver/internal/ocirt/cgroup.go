@@ -103,6 +103,32 @@ func (c Cgroup) OOMKills() (int64, error) {
 	return ReadKey(filepath.Join(c.Dir("memory"), "memory.oom_control"), "oom_kill")
 }
 
+// InstanceStats is Stats of the cgroup that cgroup gives for instance id,
+// after checking id, with errors that name it: the Stats of both drivers.
+func InstanceStats(id string, cgroup func(string) Cgroup) (driver.Stats, error) {
+	if err := CheckID(id); err != nil {
+		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
+	}
+	s, err := cgroup(id).Stats()
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// InstanceOOMKills is InstanceStats for the OOM-kill count alone
+// (driver.OOMCounter).
+func InstanceOOMKills(id string, cgroup func(string) Cgroup) (int64, error) {
+	if err := CheckID(id); err != nil {
+		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
+	}
+	n, err := cgroup(id).OOMKills()
+	if err != nil {
+		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
+	}
+	return n, nil
+}
+
 // ReadInt reads a cgroup file that holds one number.
 func ReadInt(name string) (int64, error) {
 	b, err := os.ReadFile(name)
