@@ -54,12 +54,12 @@ func (s *Server) routeControl() {
 	mux.HandleFunc("GET /snapshots", s.listSnapshots)
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("DELETE /templates/{id}", s.deleteTemplate)
 	mux.HandleFunc("GET /templates", s.templates)
 	mux.HandleFunc("GET /templates/aliases/{alias}", s.templateAlias)
 
 	unsupported := map[string]string{
-		"PUT /sandboxes/{id}/network": "network updates are not supported through the E2B API: use Corral's PUT /v1/sandboxes/{id}/network",
 		"GET /sandboxes/{id}/logs":    "sandbox logs are not kept by Corral",
 		"GET /v2/sandboxes/{id}/logs": "sandbox logs are not kept by Corral",
 		"GET /teams/{id}/metrics":     "team metrics are not kept by Corral",
@@ -681,4 +681,37 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
+}
+
+// updateNetwork is PUT /sandboxes/{id}/network: the network options of a
+// create (allow_internet_access, allowOut, denyOut; see policy) applied to
+// a running sandbox, live. A change to or from no network at all is
+// refused, as on Corral's own API: such a sandbox has no interface to open.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		AllowInternetAccess *bool `json:"allow_internet_access"`
+		networkConfig
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	n := newSandbox{TemplateID: "-", AllowInternetAccess: req.AllowInternetAccess, Network: &req.networkConfig}
+	if err := n.check(); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	p, ok, err := n.policy()
+	if err == nil && !ok {
+		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "a network update names allow_internet_access, allowOut or denyOut")
+	}
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if _, err := s.m.UpdateNetwork(r.Context(), r.PathValue("id"), p); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -62,3 +62,23 @@ func TestSnapshotsAndFork(t *testing.T) {
 		t.Fatalf("delete of a template: %d %v", code, out)
 	}
 }
+
+// Network updates: what the policy cannot express is refused with 400, a
+// sandbox without a managed network with 409.
+func TestUpdateNetwork(t *testing.T) {
+	e := newEnv(t)
+	for _, tt := range []struct {
+		body string
+		code int
+	}{
+		{`{}`, 400},
+		{`{"denyOut":["10.0.0.0/8"]}`, 400},
+		{`{"rules":{"x":{}}}`, 400},
+		{`{"allow_internet_access":true}`, 409},
+	} {
+		var out map[string]any
+		if code := e.api("PUT", "/sandboxes/"+e.id+"/network", tt.body, &out); code != tt.code || out["code"] != float64(tt.code) {
+			t.Errorf("update %s: %d %v, want %d", tt.body, code, out, tt.code)
+		}
+	}
+}

@@ -48,6 +48,14 @@ try {
   check(lo.stdout.trim() === '0', `allowInternetAccess false leaves loopback only: ${lo.stdout}`)
   await closed.kill()
 
+  // An allowlist, changed live; a change the policy cannot express fails.
+  const listed = await Sandbox.create('base', { network: { denyOut: ['0.0.0.0/0'], allowOut: ['example.test'] } })
+  await listed.updateNetwork({ denyOut: ['0.0.0.0/0'], allowOut: ['other.test', '10.9.0.0/16'] })
+  await rejects(listed.updateNetwork({ denyOut: ['10.0.0.0/8'] }), /denyOut/, 'update denying one range')
+  const resolv = await listed.commands.run('cat /etc/resolv.conf')
+  check(resolv.stdout.includes('nameserver'), `resolv.conf of an allowlisted sandbox: ${resolv.stdout}`)
+  await listed.kill()
+
   // onTimeout 'pause' pauses at the deadline; connect resumes.
   const napper = await Sandbox.create('base', { timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
   await napper.files.write('/root/kept', 'yes')
