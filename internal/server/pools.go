@@ -57,12 +57,7 @@ func poolView(st sandbox.PoolStatus) PoolView {
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
-	list := s.m.Pools()
-	out := make([]PoolView, len(list))
-	for i, st := range list {
-		out[i] = poolView(st)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, views(s.m.Pools(), poolView))
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {

@@ -252,12 +252,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Metadata[k] = v
 	}
-	list := s.m.List(f)
-	out := make([]SandboxView, len(list))
-	for i, sb := range list {
-		out[i] = viewOf(sb)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, views(s.m.List(f), viewOf))
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {

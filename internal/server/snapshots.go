@@ -130,20 +130,11 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, err)
 		return
 	}
-	out := make([]SandboxView, len(copies))
-	for i, sb := range copies {
-		out[i] = viewOf(sb)
-	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, views(copies, viewOf))
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	list := s.m.Snapshots()
-	out := make([]SnapshotView, len(list))
-	for i, snap := range list {
-		out[i] = snapshotView(snap)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, views(s.m.Snapshots(), snapshotView))
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -32,6 +32,15 @@ type SandboxView struct {
 	OnIdle      string `json:"on_idle,omitempty"`
 }
 
+// views maps every element of list to its API view.
+func views[T, V any](list []T, view func(T) V) []V {
+	out := make([]V, len(list))
+	for i, x := range list {
+		out[i] = view(x)
+	}
+	return out
+}
+
 func viewOf(sb sandbox.Sandbox) SandboxView {
 	v := SandboxView{
 		ID:        sb.ID,
