@@ -286,15 +286,13 @@ func (c *cli) rm(args []string) int {
 		return c.fail(err)
 	}
 	defer client.Close()
-	code := 0
-	for _, id := range args {
+	return c.forEach(args, func(id string) error {
 		if err := client.Delete(context.Background(), id); err != nil {
-			code = c.fail(err)
-			continue
+			return err
 		}
 		fmt.Fprintln(c.env.Stdout, id)
-	}
-	return code
+		return nil
+	})
 }
 
 func (c *cli) inspect(args []string) int {
@@ -391,13 +389,7 @@ func (c *cli) template(args []string) int {
 			fmt.Fprintln(c.env.Stderr, "usage: corral template rm NAME...")
 			return exitUsage
 		}
-		code := 0
-		for _, name := range rest {
-			if err := client.DeleteTemplate(ctx, name); err != nil {
-				code = c.fail(err)
-			}
-		}
-		return code
+		return c.forEach(rest, func(name string) error { return client.DeleteTemplate(ctx, name) })
 	}
 	fmt.Fprintf(c.env.Stderr, "corral template: unknown subcommand %q\n", sub)
 	return exitUsage

@@ -89,13 +89,7 @@ func (c *cli) pool(args []string) int {
 			fmt.Fprintln(c.env.Stderr, "usage: corral pool rm NAME...")
 			return exitUsage
 		}
-		code := 0
-		for _, name := range rest {
-			if err := client.DeletePool(ctx, name); err != nil {
-				code = c.fail(err)
-			}
-		}
-		return code
+		return c.forEach(rest, func(name string) error { return client.DeletePool(ctx, name) })
 	}
 	fmt.Fprintf(c.env.Stderr, "corral pool: unknown subcommand %q (set, ls, rm)\n", sub)
 	return exitUsage

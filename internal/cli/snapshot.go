@@ -25,16 +25,26 @@ func (c *cli) pause(args []string) int {
 // code is that of the last failure.
 func (c *cli) each(ids []string, fn func(context.Context, *corral.Client, string) error) int {
 	return c.withClient(func(ctx context.Context, client *corral.Client) int {
-		code := 0
-		for _, id := range ids {
+		return c.forEach(ids, func(id string) error {
 			if err := fn(ctx, client, id); err != nil {
-				code = c.fail(err)
-				continue
+				return err
 			}
 			fmt.Fprintln(c.env.Stdout, id)
-		}
-		return code
+			return nil
+		})
 	})
+}
+
+// forEach calls fn for every name, reporting each failure; the exit code
+// is that of the last failure.
+func (c *cli) forEach(names []string, fn func(string) error) int {
+	code := 0
+	for _, name := range names {
+		if err := fn(name); err != nil {
+			code = c.fail(err)
+		}
+	}
+	return code
 }
 
 // withClient calls fn with a client and a context canceled by signals.
