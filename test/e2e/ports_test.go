@@ -74,18 +74,19 @@ func TestPorts(t *testing.T) {
 				b, err := io.ReadAll(resp.Body)
 				return resp.StatusCode, string(b), err
 			}
-			// The server starts in the background: wait for it.
-			var status int
-			var body string
-			for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-				status, body, err = get(d.client, 8000, "hello%20there?x=1", "Authorization", "mine")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if status != http.StatusServiceUnavailable || time.Since(start) > 10*time.Second {
-					break
+			// The servers start in the background: wait for each to listen.
+			waitListening := func(port int, path string, hdr ...string) (int, string) {
+				for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+					status, body, err := get(d.client, port, path, hdr...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if status != http.StatusServiceUnavailable || time.Since(start) > 10*time.Second {
+						return status, body
+					}
 				}
 			}
+			status, body := waitListening(8000, "hello%20there?x=1", "Authorization", "mine")
 			if want := "sandbox server: GET /hello%20there?x=1 host=localhost:8000 auth=mine\n"; status != 200 || body != want {
 				t.Fatalf("GET: %d %q; want 200 %q", status, body, want)
 			}
@@ -123,8 +124,8 @@ func TestPorts(t *testing.T) {
 			}
 
 			// A server bound to loopback only.
-			if status, body, err := get(d.client, 8001, ""); err != nil || status != 200 || body != "loopback-page\n" {
-				t.Errorf("loopback server: %d %q %v", status, body, err)
+			if status, body := waitListening(8001, ""); status != 200 || body != "loopback-page\n" {
+				t.Errorf("loopback server: %d %q", status, body)
 			}
 			// A closed port.
 			if status, body, err := get(d.client, 8009, ""); err != nil || status != 503 || !strings.Contains(body, "nothing listens on port 8009") {
