@@ -148,6 +148,15 @@ var wantProbes = map[string]string{
 	"swapoff": "EPERM", "reboot": "EPERM",
 	"write-proc-sys-hostname": "EROFS", "write-sysrq-trigger": "fails", "lower-oom-score": "EACCES",
 	"sethostname": "EPERM", "chroot": "EPERM",
+	// An i386 call through int 0x80: the filter covers the native ABI
+	// only and kills the thread that uses another.
+	"compat-abi": "killed",
+}
+
+func init() {
+	if runtime.GOARCH != "amd64" {
+		wantProbes["compat-abi"] = "unsupported"
+	}
 }
 
 // gvisorProbes is wantProbes where gVisor answers differently, each for a
@@ -165,6 +174,10 @@ func gvisorProbes() map[string]string {
 	// The score is gVisor's own: the host's OOM killer sees the Sentry's
 	// (500), which nothing inside can reach.
 	m["lower-oom-score"] = "ok"
+	// gVisor's kernel implements the native ABI only.
+	if runtime.GOARCH == "amd64" {
+		m["compat-abi"] = "ENOSYS"
+	}
 	return m
 }
 

@@ -8,6 +8,7 @@
 //
 //	attack probes [daemon-pid]   every system-call probe
 //	attack unshare user|mount|net  one unshare (probes runs it in a child)
+//	attack compat                one i386 system call (probes runs it in a child)
 //	attack fork N                start N sleeping children
 //	attack alloc MiB             allocate and touch memory
 //	attack inotify N             create N inotify instances, hold them
@@ -20,6 +21,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -73,6 +75,8 @@ func main() {
 		report("tcp "+args[0], err)
 	case "sleep":
 		time.Sleep(time.Hour)
+	case "compat":
+		compatCall()
 	case "unshare":
 		flags := map[string]int{"user": unix.CLONE_NEWUSER, "mount": unix.CLONE_NEWNS, "net": unix.CLONE_NEWNET}
 		report("unshare-"+args[0], unix.Unshare(flags[args[0]]))
@@ -95,6 +99,10 @@ func atoi(s string) int {
 func report(name string, err error) {
 	if err == nil {
 		fmt.Println(name, "ok")
+		return
+	}
+	if err == errKilled || err == errUnsupported {
+		fmt.Println(name, err)
 		return
 	}
 	var errno syscall.Errno
@@ -146,6 +154,7 @@ func probes(args []string) {
 		}
 		fmt.Print(string(out))
 	}
+	report("compat-abi", compatProbe())
 	cmd := exec.Command("/proc/self/exe", "fork", "0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
 	report("clone-newuser", cmd.Run())
@@ -352,4 +361,69 @@ func find(secret string, roots []string) {
 		}
 	}
 	fmt.Println("found total", found)
+}
+
+// compatProbe runs `attack compat` in a child and reports how its i386
+// system call ended: nil when it returned, the errno it returned, or
+// errKilled when the call killed the thread making it. A Go program whose
+// main thread is killed stays a zombie leader while its other threads live
+// on, so the child is watched through /proc rather than waited for: once
+// it is a zombie, either it exited after printing its answer or its thread
+// was killed before it could print anything.
+func compatProbe() error {
+	if !compatSupported {
+		return errUnsupported
+	}
+	cmd := exec.Command("/proc/self/exe", "compat")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	stat := fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return err
+		}
+		// "pid (comm) S ...": the state follows the last parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the compat call neither returned nor was killed")
+		}
+	}
+	cmd.Process.Kill() // the threads left behind a killed leader
+	answer, err := io.ReadAll(out)
+	if err != nil {
+		return err
+	}
+	switch r := string(bytes.TrimSpace(answer)); r {
+	case "":
+		return errKilled
+	case "0":
+		return nil
+	default:
+		return syscall.Errno(atoi(r))
+	}
+}
+
+var (
+	errKilled      = errors.New("killed")
+	errUnsupported = errors.New("unsupported")
+)
+
+// compatCall makes the i386 getpid call and prints 0 when it returned a
+// pid, the errno when it failed.
+func compatCall() {
+	if r := compatGetpid(); r > 0 {
+		fmt.Println(0)
+	} else {
+		fmt.Println(-r)
+	}
 }
