@@ -19,7 +19,7 @@ import (
 	"github.com/corralrun/corral/internal/wire"
 )
 
-// agentProcess is `corral agent` started as a driver starts it.
+// agentProcess is the agent binary started as a driver starts it.
 type agentProcess struct {
 	cmd    *exec.Cmd
 	client *agent.Client
@@ -27,11 +27,11 @@ type agentProcess struct {
 	log    *os.File
 }
 
-// startAgentBinary starts the real binary with the listening socket as fd 4
-// and the ready pipe as fd 3, and waits until it reports on the pipe.
-func startAgentBinary(t *testing.T, sys *syscall.SysProcAttr, args ...string) *agentProcess {
+// startAgentBinary starts the real binary bin as `bin agent ARGS...`,
+// with the listening socket as fd 4 and the ready pipe as fd 3, and waits
+// until it reports on the pipe.
+func startAgentBinary(t *testing.T, bin string, sys *syscall.SysProcAttr, args ...string) *agentProcess {
 	t.Helper()
-	bin := testutil.CorralBinary(t)
 	sock := filepath.Join(shortTempDir(t), "agent.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -115,8 +115,16 @@ func (p *agentProcess) stop(t *testing.T) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// TestAgentBinary runs both binaries that hold the agent: corral-agent,
+// which the daemon prefers, and corral itself (`corral agent`).
 func TestAgentBinary(t *testing.T) {
-	p := startAgentBinary(t, nil)
+	for name, bin := range map[string]func(testing.TB) string{"corral-agent": testutil.AgentBinary, "corral": testutil.CorralBinary} {
+		t.Run(name, func(t *testing.T) { testAgentBinary(t, bin(t)) })
+	}
+}
+
+func testAgentBinary(t *testing.T, bin string) {
+	p := startAgentBinary(t, bin, nil)
 	if p.ready != "ok\n" {
 		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
 	}
@@ -166,7 +174,7 @@ func TestAgentBinary(t *testing.T) {
 }
 
 func TestAgentBinaryStartupError(t *testing.T) {
-	p := startAgentBinary(t, nil, "--listen-fd=9", "--ready-fd=3")
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=9", "--ready-fd=3")
 	if !strings.HasPrefix(p.ready, "error: ") || !strings.HasSuffix(p.ready, "\n") || strings.Count(p.ready, "\n") != 1 {
 		t.Fatalf("ready fd said %q, want one error line", p.ready)
 	}
@@ -179,7 +187,7 @@ func TestAgentBinaryStartupError(t *testing.T) {
 // loopback, reaps orphans, and still reports each exec's status.
 func TestAgentBinaryAsInit(t *testing.T) {
 	testutil.RequiresRoot(t)
-	p := startAgentBinary(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET})
+	p := startAgentBinary(t, testutil.AgentBinary(t), &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET})
 	if p.ready != "ok\n" {
 		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
 	}

@@ -70,7 +70,7 @@ type Config struct {
 	// RuncPath is the runc binary (default: from PATH).
 	RuncPath string
 	// AgentPath is the static binary run as the in-sandbox agent
-	// (default: this executable).
+	// (default: DefaultAgent).
 	AgentPath string
 	// CgroupParent holds one cgroup per sandbox (default "/corral").
 	CgroupParent string
@@ -129,11 +129,11 @@ func (c *Config) setDefaults() error {
 		c.Runtime = "runc"
 	}
 	if c.AgentPath == "" {
-		exe, err := os.Executable()
+		agent, err := DefaultAgent()
 		if err != nil {
-			return fmt.Errorf("finding own executable for the agent: %w", err)
+			return err
 		}
-		c.AgentPath = exe
+		c.AgentPath = agent
 	}
 	if c.Defaults == (sandbox.Limits{}) {
 		c.Defaults = DefaultLimits()
@@ -310,7 +310,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.serve(l, d.e2b.Handler())
 	}
 	d.log.Info("corral daemon started", "state_dir", cfg.StateDir, "socket", cfg.Socket, "listen", cfg.Listen,
-		"storage", d.storage.Name(), "sandboxes", len(d.manager.List(sandbox.Filter{})))
+		"storage", d.storage.Name(), "agent", cfg.AgentPath, "sandboxes", len(d.manager.List(sandbox.Filter{})))
 	return d, nil
 }
 
@@ -464,4 +464,24 @@ func removeCgroupParent(parent string) {
 	for _, dir := range dirs {
 		_ = os.Remove(dir)
 	}
+}
+
+// AgentBinary is the file name of the agent-only binary (cmd/corral-agent).
+const AgentBinary = "corral-agent"
+
+// DefaultAgent returns the agent binary the daemon runs when its
+// configuration names none: corral-agent next to this executable when it
+// is there, because it starts about 5 ms sooner than the full binary
+// (cmd/corral-agent), and this executable itself (`corral agent`)
+// otherwise.
+func DefaultAgent() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding own executable for the agent: %w", err)
+	}
+	lean := filepath.Join(filepath.Dir(exe), AgentBinary)
+	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		return lean, nil
+	}
+	return exe, nil
 }

@@ -34,6 +34,7 @@ func Main(args []string, version string) int {
 	fs.StringVar(&cfg.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	fs.Var(runtimesFlag{&cfg.Runtimes}, "runtimes", "runtimes besides runc, comma-separated: gvisor (default: gvisor when corral doctor finds it usable)")
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: from PATH)")
+	fs.StringVar(&cfg.AgentPath, "agent", "", "static in-sandbox agent binary (default: "+AgentBinary+" next to this executable if there, else this executable)")
 	fs.StringVar(&cfg.GVisorPlatform, "gvisor-platform", "", "gVisor platform (default systrap)")
 	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", "/corral", "cgroup that holds one cgroup per sandbox")
 	fs.DurationVar(&cfg.DefaultTimeout, "default-timeout", 5*time.Minute, "sandbox lifetime when a create names none")

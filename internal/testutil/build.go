@@ -27,11 +27,21 @@ type build struct {
 }
 
 // CorralBinary builds cmd/corral statically (CGO_ENABLED=0) once per test
-// process and returns the binary's path. The same binary is the daemon, the
-// CLI and the in-sandbox agent (`corral agent`).
+// process and returns the binary's path: the daemon, the CLI and the
+// in-sandbox agent (`corral agent`). The agent-only binary is built next
+// to it (AgentBinary), where the daemon finds and prefers it, as in an
+// installation.
 func CorralBinary(t testing.TB) string {
 	t.Helper()
+	AgentBinary(t)
 	return StaticBinary(t, "./cmd/corral")
+}
+
+// AgentBinary builds cmd/corral-agent, the agent alone, as CorralBinary
+// does, and returns its path.
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	return StaticBinary(t, "./cmd/corral-agent")
 }
 
 // StaticBinary builds the main package pkg (a path relative to the module

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -72,6 +73,15 @@ func TestCLILifecycle(t *testing.T) {
 	}
 	if !strings.Contains(out, fmt.Sprint(128<<20)) {
 		t.Errorf("memory limit not visible in the sandbox's cgroup: %q", out)
+	}
+	// The daemon runs corral-agent, installed next to it, as the agent.
+	lean, err := os.Stat(testutil.AgentBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = d.corral("exec", id, "--", "stat", "-c", "%s", "/.corral/agent")
+	if code != 0 || strings.TrimSpace(out) != fmt.Sprint(lean.Size()) {
+		t.Errorf("the sandbox's agent is %q bytes, want corral-agent's %d", out, lean.Size())
 	}
 	out, _, code = d.corral("exec", "-e", "GREETING=override", id, "sh", "-c", "echo $GREETING")
 	if code != 0 || out != "override\n" {

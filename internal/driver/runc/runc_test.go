@@ -33,7 +33,7 @@ func newEnv(t testing.TB) env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
-	return env{cgroupParent: testutil.CgroupParent(t), agent: testutil.CorralBinary(t)}
+	return env{cgroupParent: testutil.CgroupParent(t), agent: testutil.AgentBinary(t)}
 }
 
 // newDriver returns a driver with its own short root (unix socket paths

@@ -1,0 +1,25 @@
+// Command corral-agent is the in-sandbox agent alone: the same code as
+// `corral agent`, in a binary that links nothing of the daemon. It starts
+// in about a millisecond where the full corral binary, which initializes
+// every package of the daemon first, takes about five, and a sandbox
+// cannot answer before its agent does. The daemon runs it when it lies
+// next to its own executable (or --agent names it), and itself as
+// `corral agent` otherwise.
+//
+// It takes the arguments of `corral agent`, with or without the leading
+// "agent", so that drivers start either binary the same way.
+package main
+
+import (
+	"os"
+
+	"github.com/corralrun/corral/internal/agentd"
+)
+
+func main() {
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "agent" {
+		args = args[1:]
+	}
+	os.Exit(agentd.Main(args))
+}
