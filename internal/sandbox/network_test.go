@@ -275,6 +275,15 @@ func TestNetworkRollsBack(t *testing.T) {
 		mod  func(h *harness, fn *fakeNetwork)
 	}{
 		{"network fails", func(h *harness, fn *fakeNetwork) { fn.failSetup = boom }},
+		// Storage and network are set up at once: the network made while
+		// the root failed is released.
+		{"storage fails", func(h *harness, fn *fakeNetwork) {
+			h.storage.SetFailCreateRoot(func(string) error { return boom })
+		}},
+		{"both fail", func(h *harness, fn *fakeNetwork) {
+			fn.failSetup = boom
+			h.storage.SetFailCreateRoot(func(string) error { return boom })
+		}},
 		{"driver fails", func(h *harness, fn *fakeNetwork) { h.setFailDriver(func(string) error { return boom }) }},
 		{"store fails to record running", func(h *harness, fn *fakeNetwork) {
 			h.store.failPut = func(sb Sandbox) error {
