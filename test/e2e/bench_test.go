@@ -95,11 +95,11 @@ func benchColdStart(b *testing.B, storage string) {
 // default when empty) of a busybox sandbox until the first byte of `echo
 // hi` arrives at the client, and bare's run of the same rootfs, and
 // reports both p50s (the peer's metrics prefixed with peer) and their
-// ratio.
+// ratio, and the create call alone (create-).
 func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.TB, string) time.Duration) {
 	bundle := bareBundle(b)
 	ctx := context.Background()
-	var corralSamples, peerSamples []time.Duration
+	var corralSamples, peerSamples, createSamples []time.Duration
 	for i := 0; i < b.N; i++ {
 		// Corral: create + exec, timed to first output.
 		fo := &firstOutput{start: time.Now()}
@@ -107,10 +107,12 @@ func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.
 		if err != nil {
 			b.Fatal(err)
 		}
+		createAt := time.Since(fo.start)
 		if _, err := d.client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fo}); err != nil {
 			b.Fatal(err)
 		}
 		corralSamples = append(corralSamples, fo.at)
+		createSamples = append(createSamples, createAt)
 		b.StopTimer()
 		if err := d.client.Delete(ctx, sb.ID); err != nil {
 			b.Fatal(err)
@@ -120,6 +122,7 @@ func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.
 	}
 	b.StopTimer()
 	c := reportPercentiles(b, "corral-", corralSamples)
+	reportPercentiles(b, "create-", createSamples)
 	r := reportPercentiles(b, peer, peerSamples)
 	if r > 0 {
 		b.ReportMetric(float64(c)/float64(r), "ratio-p50")

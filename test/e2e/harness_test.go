@@ -183,6 +183,13 @@ func (d *daemon) cleanup() {
 	if t.Failed() {
 		t.Logf("daemon logs:\n%s", d.logs.String())
 	}
+	// CORRAL_E2E_LOGS names a file for the daemon's log, to read the
+	// timings it logs after a benchmark.
+	if f := os.Getenv("CORRAL_E2E_LOGS"); f != "" {
+		if err := os.WriteFile(f, []byte(d.logs.String()), 0o644); err != nil {
+			t.Errorf("writing the daemon log: %v", err)
+		}
+	}
 }
 
 // checkNoLeaks asserts that no mount, cgroup, loop device, process or runc
