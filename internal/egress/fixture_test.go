@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/corralrun/corral/internal/network/nettest"
+	"github.com/corralrun/corral/internal/testutil"
 )
 
 // fixture is an egress Server with one sandbox attached on loopback, a test
@@ -28,7 +28,7 @@ type fixture struct {
 	up    *nettest.Upstream
 	addrs Addrs
 	certs *nettest.Certs
-	log   *syncBuffer
+	log   *testutil.SyncBuffer
 
 	mu    sync.Mutex
 	dials []netip.AddrPort
@@ -38,23 +38,6 @@ const (
 	addrA = "198.18.0.10"
 	addrB = "198.18.0.11"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func localIPv4(t *testing.T) string {
 	addrs, _ := net.InterfaceAddrs()
@@ -84,7 +67,7 @@ func newFixture(t *testing.T, p Policy) *fixture {
 	f := &fixture{
 		up:    nettest.StartUpstream(t, records),
 		certs: nettest.NewCerts(t, "allowed.test", "other.test", "api.example.test", "a.wild.test"),
-		log:   &syncBuffer{},
+		log:   &testutil.SyncBuffer{},
 	}
 	web := map[netip.AddrPort]string{}
 	for _, s := range []struct {

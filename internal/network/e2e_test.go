@@ -2,7 +2,6 @@ package network
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,7 +15,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/network/nettest"
+	"github.com/corralrun/corral/internal/testutil"
 )
 
 // world is a test's internet, resolver, egress server and Manager.
@@ -36,30 +35,13 @@ type world struct {
 	up  *nettest.Upstream
 	srv *egress.Server
 	m   *Manager
-	log *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log *testutil.SyncBuffer
 }
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
 	cfg := testConfig(t)
-	w := &world{cfg: cfg, log: &syncBuffer{}}
+	w := &world{cfg: cfg, log: &testutil.SyncBuffer{}}
 	w.in = nettest.NewInternet(t, "cti"+randLetters(5), "allowed.test", "other.test", "api.example.test")
 	w.in.EnableForwarding(t)
 	a, b := w.in.A.String(), w.in.B.String()

@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -31,24 +31,6 @@ func newSandbox(t *testing.T) (*corral.Client, string, string) {
 		t.Fatal(err)
 	}
 	return c, sb.ID, ts.URL
-}
-
-// syncBuf is a bytes.Buffer safe for a writer and a poller.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor polls cond until it holds or 10 s pass.
@@ -263,7 +245,7 @@ func TestAttachPTY(t *testing.T) {
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	resize := make(chan corral.PTYSize)
-	var out syncBuf
+	var out testutil.SyncBuffer
 	type result struct {
 		res *corral.ExecResult
 		err error
@@ -310,7 +292,7 @@ func TestAttachPipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errOut syncBuf
+	var out, errOut testutil.SyncBuffer
 	res, err := c.Attach(ctx, id, p.PID, corral.AttachOptions{Stdin: strings.NewReader("typed\n"), CloseStdin: true, Stdout: &out, Stderr: &errOut})
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +301,7 @@ func TestAttachPipes(t *testing.T) {
 		t.Fatalf("attach %+v, stdout %q, stderr %q", res, out.String(), errOut.String())
 	}
 	// Attaching to an exited process replays it and returns its status.
-	out = syncBuf{}
+	out = testutil.SyncBuffer{}
 	if res, err = c.Attach(ctx, id, p.PID, corral.AttachOptions{From: 7, Stdout: &out}); err != nil || res.ExitCode != 0 || out.String() != "typed\n" {
 		t.Fatalf("re-attach from 7: %+v %v %q", res, err, out.String())
 	}
@@ -334,7 +316,7 @@ func TestAttachLeaveAndReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuf
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Attach(ctx, id, p.PID, corral.AttachOptions{Stdout: &out})
@@ -349,7 +331,7 @@ func TestAttachLeaveAndReturn(t *testing.T) {
 	if err != nil || !info.Running {
 		t.Fatalf("process after the client left: %+v %v", info, err)
 	}
-	var again syncBuf
+	var again testutil.SyncBuffer
 	res, err := c.Attach(t.Context(), id, p.PID, corral.AttachOptions{Stdout: &again})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("re-attach: %+v %v", res, err)
@@ -542,7 +524,7 @@ func TestAttachClientLeavesWithStdinOpen(t *testing.T) {
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuf
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Attach(ctx, sb.ID, p.PID, corral.AttachOptions{Stdin: inR, Stdout: &out})
