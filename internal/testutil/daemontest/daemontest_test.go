@@ -1,0 +1,85 @@
+package daemontest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/testutil"
+)
+
+// recorder is a testing.TB whose failures and logs are recorded instead
+// of failing the test that runs it.
+type recorder struct {
+	testing.TB
+	errors []string
+	logs   []string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Logf(format string, args ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Failed() bool { return len(r.errors) > 0 }
+
+// TestCleanup checks that the cleanup of a daemon that is no longer
+// running fails its test for a mount left under the state dir, prints the
+// daemon's log only then, and writes it to CORRAL_E2E_LOGS either way.
+func TestCleanup(t *testing.T) {
+	testutil.RequiresRoot(t)
+	for _, tt := range []struct {
+		name       string
+		leakMount  bool
+		wantErrors []string
+	}{
+		{name: "clean"},
+		{name: "leaked mount", leakMount: true, wantErrors: []string{"leaked mounts: [STATE/leak]"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			base := t.TempDir()
+			rec := &recorder{TB: t}
+			d := &Daemon{Base: base, StateDir: filepath.Join(base, "state"), Cgroup: "/corral-daemontest-" + randHex(4),
+				Net: testutil.NewDaemonNetwork(t), t: rec}
+			if tt.leakMount {
+				leak := filepath.Join(d.StateDir, "leak")
+				if err := os.MkdirAll(leak, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Mount("tmpfs", leak, "tmpfs", 0, ""); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = unix.Unmount(leak, unix.MNT_DETACH) })
+			}
+			_, _ = d.logs.Write([]byte("the daemon's log\n"))
+			logFile := filepath.Join(t.TempDir(), "daemon.log")
+			t.Setenv("CORRAL_E2E_LOGS", logFile)
+
+			d.cleanup()
+
+			var got []string
+			for _, e := range rec.errors {
+				got = append(got, strings.ReplaceAll(e, d.StateDir, "STATE"))
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.wantErrors, "\n") {
+				t.Errorf("errors: got %q, want %q", got, tt.wantErrors)
+			}
+			printed := strings.Contains(strings.Join(rec.logs, "\n"), "daemon logs:\nthe daemon's log\n")
+			if printed != tt.leakMount {
+				t.Errorf("daemon log printed: %v, want %v (logs %q)", printed, tt.leakMount, rec.logs)
+			}
+			if b, err := os.ReadFile(logFile); err != nil || string(b) != "the daemon's log\n" {
+				t.Errorf("CORRAL_E2E_LOGS file: %q, %v", b, err)
+			}
+		})
+	}
+}
