@@ -39,7 +39,7 @@ func TestAdmissionUnderLoad(t *testing.T) {
 	start := time.Now()
 	for range tries {
 		wg.Go(func() {
-			sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
+			sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb"})
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -60,7 +60,7 @@ func TestAdmissionUnderLoad(t *testing.T) {
 		t.Fatalf("%d created and %d refused, want %d and %d", len(created), refused, capacity, tries-capacity)
 	}
 
-	list, err := d.client.List(ctx, corral.ListOptions{})
+	list, err := d.Client.List(ctx, corral.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestAdmissionUnderLoad(t *testing.T) {
 		t.Errorf("exec in the last sandbox: %q", out)
 	}
 	scrapeStart := time.Now()
-	s := scrape(t, d.client)
+	s := scrape(t, d.Client)
 	t.Logf("first /metrics scrape with %d sandboxes (usage read from runc): %v", capacity, time.Since(scrapeStart).Round(time.Microsecond))
 	if n := len(s.Find("corral_sandbox_memory_bytes")); n != capacity {
 		t.Errorf("memory samples of %d sandboxes, want %d", n, capacity)
@@ -90,13 +90,13 @@ func TestAdmissionUnderLoad(t *testing.T) {
 	})
 
 	deleteAll(t, d, created)
-	if n := dirEntries(t, filepath.Join(d.stateDir, "runc", "sandboxes")); n != 0 {
+	if n := dirEntries(t, filepath.Join(d.StateDir, "runc", "sandboxes")); n != 0 {
 		t.Errorf("%d driver dirs left after deleting every sandbox", n)
 	}
 	if n := dirEntries(t, rootsDir(d)); n != 0 {
 		t.Errorf("%d storage roots left after deleting every sandbox", n)
 	}
-	wantMetrics(t, scrape(t, d.client), []metricCheck{
+	wantMetrics(t, scrape(t, d.Client), []metricCheck{
 		{"corral_admission_committed", []string{"resource", "sandboxes"}, 0},
 		{"corral_admission_committed", []string{"resource", "memory_bytes"}, 0},
 	})
@@ -138,11 +138,11 @@ func TestAdmissionPerKeyAndQueue(t *testing.T) {
 	d.create(t, corral.CreateOptions{}) // the unix socket: 4 of 4
 	queued := make(chan error, 1)
 	go func() {
-		_, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
+		_, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb"})
 		queued <- err
 	}()
-	waitMetric(t, d.client, "corral_admission_queue_length", nil, 1)
-	if _, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb"}); corral.ErrorCode(err) != corral.CodeBusy {
+	waitMetric(t, d.Client, "corral_admission_queue_length", nil, 1)
+	if _, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb"}); corral.ErrorCode(err) != corral.CodeBusy {
 		t.Fatalf("create with a full queue: %v, want busy", err)
 	}
 	select {
@@ -161,7 +161,7 @@ func TestAdmissionPerKeyAndQueue(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("queued create not admitted after a delete")
 	}
-	wantMetrics(t, scrape(t, d.client), []metricCheck{
+	wantMetrics(t, scrape(t, d.Client), []metricCheck{
 		{"corral_admission_refusals_total", []string{"reason", "per_principal"}, 1},
 		{"corral_admission_refusals_total", []string{"reason", "queue_full"}, 1},
 		{"corral_admission_queue_length", nil, 0},
@@ -180,20 +180,20 @@ func TestAdmissionCommitRatios(t *testing.T) {
 	ctx := t.Context()
 	half := d.create(t, corral.CreateOptions{MemoryMB: 16, CPUs: 0.5})
 	d.create(t, corral.CreateOptions{MemoryMB: 16, CPUs: 0.5})
-	if _, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 16, CPUs: 0.5}); corral.ErrorCode(err) != corral.CodeBusy {
+	if _, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 16, CPUs: 0.5}); corral.ErrorCode(err) != corral.CodeBusy {
 		t.Fatalf("create over the CPU commit: %v, want busy", err)
 	}
-	if err := d.client.Delete(ctx, half.ID); err != nil {
+	if err := d.Client.Delete(ctx, half.ID); err != nil {
 		t.Fatal(err)
 	}
 	d.create(t, corral.CreateOptions{MemoryMB: 64, CPUs: 0.1}) // 80 MiB of 100
-	if _, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 32, CPUs: 0.1}); corral.ErrorCode(err) != corral.CodeBusy {
+	if _, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 32, CPUs: 0.1}); corral.ErrorCode(err) != corral.CodeBusy {
 		t.Fatalf("create over the memory commit: %v, want busy", err)
 	}
-	if _, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 200}); corral.ErrorCode(err) != corral.CodeInvalidArgument {
+	if _, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 200}); corral.ErrorCode(err) != corral.CodeInvalidArgument {
 		t.Fatalf("create bigger than the host's capacity: %v, want invalid_argument", err)
 	}
-	wantMetrics(t, scrape(t, d.client), []metricCheck{
+	wantMetrics(t, scrape(t, d.Client), []metricCheck{
 		{"corral_admission_refusals_total", []string{"reason", "cpu"}, 1},
 		{"corral_admission_refusals_total", []string{"reason", "memory"}, 1},
 		{"corral_admission_committed", []string{"resource", "millicpus"}, 600},
@@ -250,7 +250,7 @@ func deleteAll(t *testing.T, d *daemon, ids []string) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if err := d.client.Delete(context.Background(), id); err != nil {
+			if err := d.Client.Delete(context.Background(), id); err != nil {
 				t.Errorf("deleting %s: %v", id, err)
 			}
 		})

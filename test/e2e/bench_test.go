@@ -43,7 +43,7 @@ func execRoundTrip(b *testing.B, d *daemon, runtime string) {
 	ctx := context.Background()
 	opts := corral.ExecOptions{Cmd: []string{"/bin/true"}}
 	for i := 0; i < 20; i++ { // warm connections and caches
-		if _, err := d.client.Exec(ctx, sb.ID, opts); err != nil {
+		if _, err := d.Client.Exec(ctx, sb.ID, opts); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -51,7 +51,7 @@ func execRoundTrip(b *testing.B, d *daemon, runtime string) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		res, err := d.client.Exec(ctx, sb.ID, opts)
+		res, err := d.Client.Exec(ctx, sb.ID, opts)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("exec: %v %+v", err, res)
 		}
@@ -103,18 +103,18 @@ func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.
 	for i := 0; i < b.N; i++ {
 		// Corral: create + exec, timed to first output.
 		fo := &firstOutput{start: time.Now()}
-		sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
+		sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
 		if err != nil {
 			b.Fatal(err)
 		}
 		createAt := time.Since(fo.start)
-		if _, err := d.client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fo}); err != nil {
+		if _, err := d.Client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fo}); err != nil {
 			b.Fatal(err)
 		}
 		corralSamples = append(corralSamples, fo.at)
 		createSamples = append(createSamples, createAt)
 		b.StopTimer()
-		if err := d.client.Delete(ctx, sb.ID); err != nil {
+		if err := d.Client.Delete(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
 		peerSamples = append(peerSamples, bare(b, bundle))

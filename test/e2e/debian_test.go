@@ -23,7 +23,7 @@ func TestDefaultTemplate(t *testing.T) {
 	ctx := t.Context()
 	start := time.Now()
 	var log strings.Builder
-	if _, err := d.client.BuildTemplate(ctx, "default", corral.BuildOptions{Recipe: "debian"}, &log); err != nil {
+	if _, err := d.Client.BuildTemplate(ctx, "default", corral.BuildOptions{Recipe: "debian"}, &log); err != nil {
 		t.Fatalf("building the default template: %v\n%s", err, tail(log.String(), 40))
 	}
 	t.Logf("default template built in %s", time.Since(start).Round(time.Second))

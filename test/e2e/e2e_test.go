@@ -53,7 +53,7 @@ func TestRunCLI(t *testing.T) {
 			})
 		}
 		// run destroys its sandbox.
-		if list, _ := d.client.List(t.Context(), corral.ListOptions{}); len(list) != 0 {
+		if list, _ := d.Client.List(t.Context(), corral.ListOptions{}); len(list) != 0 {
 			t.Fatalf("corral run left sandboxes behind: %v", list)
 		}
 	})
@@ -102,7 +102,7 @@ func TestCLILifecycle(t *testing.T) {
 	if _, errOut, code = d.corral("timeout", id, "1h"); code != 0 {
 		t.Fatalf("timeout: %d %s", code, errOut)
 	}
-	sb, err := d.client.Get(t.Context(), id)
+	sb, err := d.Client.Get(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestOOMIsReported(t *testing.T) {
 	if out != "still here\n" || res.ExitCode != 0 {
 		t.Fatalf("OOM sandbox after the kill: %q %+v", out, res)
 	}
-	st, err := d.client.Stats(t.Context(), small.ID)
+	st, err := d.Client.Stats(t.Context(), small.ID)
 	if err != nil || st.OOMKills == 0 {
 		t.Fatalf("stats %+v, %v: want oom kills", st, err)
 	}
@@ -153,7 +153,7 @@ func TestFiles(t *testing.T) {
 	d := startDaemon(t, "overlay")
 	sb := d.create(t, corral.CreateOptions{})
 	ctx := t.Context()
-	c := d.client
+	c := d.Client
 	payload := bytes.Repeat([]byte("corral\x00\xff"), 100000)
 	fi, err := c.WriteFile(ctx, sb.ID, "/work/sub/data.bin", bytes.NewReader(payload), 0o600)
 	if err != nil {
@@ -203,7 +203,7 @@ func TestFiles(t *testing.T) {
 func TestAPIErrors(t *testing.T) {
 	d := startDaemon(t, "overlay")
 	ctx := t.Context()
-	c := d.client
+	c := d.Client
 	cases := []struct {
 		name string
 		err  error
@@ -236,7 +236,7 @@ func TestAPIErrors(t *testing.T) {
 	// Raw HTTP: malformed and unknown fields are rejected with a JSON body.
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dd net.Dialer
-		return dd.DialContext(ctx, "unix", d.socket)
+		return dd.DialContext(ctx, "unix", d.Socket)
 	}}}
 	for _, body := range []string{`{`, `{"template":"bb","memroy_mb":5}`, ``} {
 		resp, err := hc.Post("http://corral/v1/sandboxes", "application/json", strings.NewReader(body))
@@ -261,7 +261,7 @@ func TestDeadline(t *testing.T) {
 	sb := d.create(t, corral.CreateOptions{Timeout: corral.Timeout(2 * time.Second)})
 	first := *sb.Deadline
 	for i := 0; i < 3; i++ {
-		got, err := d.client.Get(t.Context(), sb.ID)
+		got, err := d.Client.Get(t.Context(), sb.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +272,7 @@ func TestDeadline(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := d.client.Get(t.Context(), sb.ID)
+		_, err := d.Client.Get(t.Context(), sb.ID)
 		if corral.ErrorCode(err) == corral.CodeNotFound {
 			return
 		}
@@ -311,7 +311,7 @@ func crashDuringCreates(t *testing.T, storage string, k int) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb"})
+			sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb"})
 			if err != nil {
 				return
 			}
@@ -320,7 +320,7 @@ func crashDuringCreates(t *testing.T, storage string, k int) {
 			n := len(succeeded)
 			mu.Unlock()
 			if n == k {
-				once.Do(func() { d.kill(); close(killed) })
+				once.Do(func() { d.Kill(); close(killed) })
 			}
 		}()
 	}
@@ -330,15 +330,15 @@ func crashDuringCreates(t *testing.T, storage string, k int) {
 		t.Fatal("creates did not succeed")
 	}
 	wg.Wait()
-	d.start()
-	list, err := d.client.List(t.Context(), corral.ListOptions{})
+	d.Start()
+	list, err := d.Client.List(t.Context(), corral.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	t.Logf("%d creates answered before the kill; %d of 10 sandboxes exist after restart", len(succeeded), len(list))
 	for _, id := range succeeded {
-		if _, err := d.client.Get(t.Context(), id); err != nil {
+		if _, err := d.Client.Get(t.Context(), id); err != nil {
 			t.Errorf("sandbox %s was created before the crash but is gone: %v", id, err)
 		}
 	}
@@ -357,7 +357,7 @@ func crashDuringCreates(t *testing.T, storage string, k int) {
 		}
 	}
 	// Half-made roots and runc containers must be gone already.
-	entries, _ := os.ReadDir(filepath.Join(d.stateDir, "runc", "sandboxes"))
+	entries, _ := os.ReadDir(filepath.Join(d.StateDir, "runc", "sandboxes"))
 	if len(entries) != len(list) {
 		t.Errorf("%d driver dirs for %d sandboxes", len(entries), len(list))
 	}
@@ -369,10 +369,10 @@ func crashDuringCreates(t *testing.T, storage string, k int) {
 
 // rootsDir is where the daemon's storage keeps sandbox roots.
 func rootsDir(d *daemon) string {
-	if d.storage == "overlay" {
-		return filepath.Join(d.stateDir, "overlay", "roots")
+	if d.Storage == "overlay" {
+		return filepath.Join(d.StateDir, "overlay", "roots")
 	}
-	return filepath.Join(d.stateDir, "storage", "mnt", "roots")
+	return filepath.Join(d.StateDir, "storage", "mnt", "roots")
 }
 
 // TestRestartKeepsSandboxes: a sandbox created before a clean restart is
@@ -381,8 +381,8 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 	d := startDaemon(t, "btrfs")
 	sb := d.create(t, corral.CreateOptions{})
 	d.execOut(t, sb.ID, "echo persisted > /root/note")
-	d.stop()
-	d.start()
+	d.Stop()
+	d.Start()
 	out, _ := d.execOut(t, sb.ID, "cat /root/note")
 	if out != "persisted\n" {
 		t.Fatalf("after restart: %q", out)
@@ -437,7 +437,7 @@ func TestTCPNeedsKey(t *testing.T) {
 		t.Fatalf("SDK with key: %v", err)
 	}
 
-	cmd := exec.Command(d.bin, "server", "--state-dir", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "s.sock"), "--listen", "127.0.0.1:0")
+	cmd := exec.Command(d.Bin, "server", "--state-dir", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "s.sock"), "--listen", "127.0.0.1:0")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "API key") {

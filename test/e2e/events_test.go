@@ -43,8 +43,8 @@ func TestEventsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stream.Close()
-	cli := exec.Command(d.bin, "events", "--json")
-	cli.Env = append(os.Environ(), "CORRAL_HOST=unix://"+d.socket)
+	cli := exec.Command(d.Bin, "events", "--json")
+	cli.Env = append(os.Environ(), "CORRAL_HOST=unix://"+d.Socket)
 	cliOut, err := cli.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestEventsAndMetrics(t *testing.T) {
 			_ = cli.Wait()
 		}
 	}()
-	waitMetric(t, d.client, "corral_event_subscribers", nil, 2)
+	waitMetric(t, d.Client, "corral_event_subscribers", nil, 2)
 
 	sb := d.create(t, corral.CreateOptions{})
 	for range 3 {
@@ -84,7 +84,7 @@ func TestEventsAndMetrics(t *testing.T) {
 		t.Errorf("types: %v", s.Types)
 	}
 
-	if err := d.client.Delete(ctx, sb.ID); err != nil {
+	if err := d.Client.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"created creating", "running running", "deleted deleting"}
@@ -125,7 +125,7 @@ func TestEventsAndMetrics(t *testing.T) {
 
 	// A sandbox whose deadline passes: timeout, then deleted, on a stream
 	// filtered to those types.
-	only, err := d.client.Events(ctx, corral.EventOptions{Types: []string{corral.EventTimeout, corral.EventDeleted}})
+	only, err := d.Client.Events(ctx, corral.EventOptions{Types: []string{corral.EventTimeout, corral.EventDeleted}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestEventsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer end.Close()
-	d.stop()
+	d.Stop()
 	if _, err := end.Next(); err != io.EOF {
 		t.Errorf("stream after the daemon stopped: %v, want io.EOF", err)
 	}

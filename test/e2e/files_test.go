@@ -96,7 +96,7 @@ func TestLargeFileStreams(t *testing.T) {
 	sb := d.create(t, corral.CreateOptions{})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd().Process.Pid
 	base, err := vmRSS(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestLargeFileStreams(t *testing.T) {
 	start := time.Now()
 
 	up := sha256.New()
-	fi, err := d.client.WriteFile(ctx, sb.ID, "/big/data.bin", io.TeeReader(patternReader(size), up), 0o644)
+	fi, err := d.Client.WriteFile(ctx, sb.ID, "/big/data.bin", io.TeeReader(patternReader(size), up), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestLargeFileStreams(t *testing.T) {
 	}
 	uploaded := time.Since(start)
 
-	r, err := d.client.ReadFile(ctx, sb.ID, "/big/data.bin")
+	r, err := d.Client.ReadFile(ctx, sb.ID, "/big/data.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestLargeFileStreams(t *testing.T) {
 	}
 	downloaded := time.Since(start) - uploaded
 
-	tr, err := d.client.Download(ctx, sb.ID, "/big")
+	tr, err := d.Client.Download(ctx, sb.ID, "/big")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestFileAPIEscapes(t *testing.T) {
 	d := startDaemon(t, e2eStorage)
 	sb := d.create(t, corral.CreateOptions{})
 	ctx := t.Context()
-	c := d.client
+	c := d.Client
 
 	hostDir := t.TempDir()
 	sentinel := filepath.Join(hostDir, "sentinel")
@@ -188,7 +188,7 @@ func TestFileAPIEscapes(t *testing.T) {
 		"ln -s " + hostDir + " /hostdir",
 		"ln -s " + sentinel + " /sentinel",
 		"ln -s ../../../../../../../../../.. /up",
-		"ln -s " + d.stateDir + " /state",
+		"ln -s " + d.StateDir + " /state",
 	}, " && "))
 
 	writes := []string{
@@ -264,7 +264,7 @@ func TestFileAPIEscapes(t *testing.T) {
 	if entries, _ := os.ReadDir(hostDir); len(entries) != 1 {
 		t.Fatalf("host dir has %d entries, want only the sentinel", len(entries))
 	}
-	for _, p := range []string{"/etc/" + marker, filepath.Join(d.stateDir, marker)} {
+	for _, p := range []string{"/etc/" + marker, filepath.Join(d.StateDir, marker)} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Fatalf("%s was created on the host", p)
 		}

@@ -40,7 +40,7 @@ func TestGVisor(t *testing.T) {
 	}
 	t.Logf("kernel inside gVisor: %s", strings.TrimSpace(out))
 
-	v, err := d.client.Version(ctx)
+	v, err := d.Client.Version(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestGVisor(t *testing.T) {
 		t.Fatalf("exec: %q %+v", out, res)
 	}
 	payload := bytes.Repeat([]byte("gvisor\x00"), 50000)
-	if _, err := d.client.WriteFile(ctx, sb.ID, "/work/data.bin", bytes.NewReader(payload), 0o600); err != nil {
+	if _, err := d.Client.WriteFile(ctx, sb.ID, "/work/data.bin", bytes.NewReader(payload), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := d.execOut(t, sb.ID, "wc -c < /work/data.bin"); strings.TrimSpace(out) != strconv.Itoa(len(payload)) {
@@ -92,9 +92,9 @@ func TestGVisor(t *testing.T) {
 	}
 
 	killedAt := time.Now().Unix()
-	d.kill()
+	d.Kill()
 	time.Sleep(2 * time.Second) // distinct seconds on both sides
-	d.start()
+	d.Start()
 	restartedAt := time.Now().Unix()
 	t0 := time.Now()
 	if out, res := d.execOut(t, sb.ID, "cat /work/data.bin | wc -c"); strings.TrimSpace(out) != strconv.Itoa(len(payload)) || res.ExitCode != 0 {
@@ -106,15 +106,15 @@ func TestGVisor(t *testing.T) {
 		t.Fatalf("ps after restart (%d):\n%s", code, ps)
 	}
 	attachAcrossRestart(t, d, sb.ID, pid, killedAt, restartedAt)
-	st, err := d.client.Stats(ctx, sb.ID)
+	st, err := d.Client.Stats(ctx, sb.ID)
 	if err != nil || st.MemoryBytes <= 0 || st.Pids < 1 {
 		t.Fatalf("stats: %+v, %v", st, err)
 	}
 	t.Logf("stats of a gVisor sandbox with a background process: %+v", st)
-	if err := d.client.Delete(ctx, sb.ID); err != nil {
+	if err := d.Client.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.Get(ctx, sb.ID); corral.ErrorCode(err) != corral.CodeNotFound {
+	if _, err := d.Client.Get(ctx, sb.ID); corral.ErrorCode(err) != corral.CodeNotFound {
 		t.Fatalf("get after delete: %v", err)
 	}
 }
@@ -159,7 +159,7 @@ func BenchmarkIdleMemoryGVisor(b *testing.B) {
 	ctx := context.Background()
 	var ids []string
 	for i := 0; i < b.N; i++ {
-		sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: "gvisor"})
+		sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: "gvisor"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func BenchmarkIdleMemoryGVisor(b *testing.B) {
 	time.Sleep(3 * time.Second)
 	var total int64
 	for _, id := range ids {
-		st, err := d.client.Stats(ctx, id)
+		st, err := d.Client.Stats(ctx, id)
 		if err != nil {
 			b.Fatal(err)
 		}

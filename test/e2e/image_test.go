@@ -197,7 +197,7 @@ func TestPullImage(t *testing.T) {
 		if !strings.Contains(errOut, "pulled "+ref) {
 			t.Errorf("pull output lacks the summary:\n%s", errOut)
 		}
-		tmpl, err := d.client.Template(t.Context(), "app")
+		tmpl, err := d.Client.Template(t.Context(), "app")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +255,7 @@ func TestPullRefusesMaliciousLayers(t *testing.T) {
 			if code == 0 || !strings.Contains(errOut, "invalid_argument") {
 				t.Fatalf("pull of a malicious layer: code %d:\n%s", code, errOut)
 			}
-			if _, err := d.client.Template(t.Context(), "bad-"+kind); err == nil {
+			if _, err := d.Client.Template(t.Context(), "bad-"+kind); err == nil {
 				t.Error("a refused pull left a template")
 			}
 		})
@@ -265,7 +265,7 @@ func TestPullRefusesMaliciousLayers(t *testing.T) {
 	}
 	// Nothing named escape-* anywhere in the daemon's directory tree but
 	// inside the image cache (which holds the layer, compressed).
-	base := filepath.Dir(d.stateDir)
+	base := filepath.Dir(d.StateDir)
 	filepath.WalkDir(base, func(p string, e fs.DirEntry, err error) error {
 		if err == nil && strings.Contains(e.Name(), escape) {
 			t.Errorf("escaping entry written at %s", p)
@@ -336,8 +336,8 @@ func TestBuildDockerfile(t *testing.T) {
 
 		// RUN steps ran as root of a user namespace, not as host root:
 		// what they created belongs to the sandbox ID range.
-		made, _ := filepath.Glob(filepath.Join(d.stateDir, "build", "snapshots", "*", "one"))
-		onBtrfs, _ := filepath.Glob(filepath.Join(d.stateDir, "storage", "mnt", "build", "snapshots", "*", "one"))
+		made, _ := filepath.Glob(filepath.Join(d.StateDir, "build", "snapshots", "*", "one"))
+		onBtrfs, _ := filepath.Glob(filepath.Join(d.StateDir, "storage", "mnt", "build", "snapshots", "*", "one"))
 		made = append(made, onBtrfs...)
 		if len(made) == 0 {
 			t.Errorf("no build snapshot holds /one")
@@ -395,7 +395,7 @@ func TestBuildDockerfile(t *testing.T) {
 				t.Fatalf("template rm %s: %s", n, errOut)
 			}
 		}
-		blobs := filepath.Join(d.stateDir, "images", "blobs", "sha256")
+		blobs := filepath.Join(d.StateDir, "images", "blobs", "sha256")
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			left, _ := os.ReadDir(blobs)

@@ -19,7 +19,7 @@ func (d *daemon) installNettool(t testing.TB, id string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := d.client.WriteFile(t.Context(), id, nettoolPath, f, 0o755); err != nil {
+	if _, err := d.Client.WriteFile(t.Context(), id, nettoolPath, f, 0o755); err != nil {
 		t.Fatalf("copying nettool into %s: %v", id, err)
 	}
 }

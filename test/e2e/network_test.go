@@ -78,7 +78,7 @@ func testNetworkAllowlist(t *testing.T, storage, runtime string) {
 	out, errOut, code := d.corral("run", "--runtime", runtime, "--template", "bb", "--network", "allowlist", "--allow-domain", "example.test",
 		"--", "wget", "-qO-", "http://example.test/")
 	if code != 0 || nettest.Field(out, "server") != "a" || nettest.Field(out, "host") != "example.test" {
-		t.Fatalf("allowed domain: code %d, stdout %q, stderr %q\nlogs:\n%s", code, out, errOut, d.logs.String())
+		t.Fatalf("allowed domain: code %d, stdout %q, stderr %q\nlogs:\n%s", code, out, errOut, d.Logs())
 	}
 
 	sb := w.create(t, corral.CreateOptions{Network: &corral.NetworkPolicy{Mode: "allowlist", AllowDomains: []string{"example.test"}}})
@@ -213,7 +213,7 @@ func testNetworkHeaders(t *testing.T, storage, runtime string) {
 	if out, _ := w.sh(t, sb.ID, script); out != "0\n0\n/tmp/control\ndone\n" {
 		t.Errorf("the secret is visible in the sandbox: %q", out)
 	}
-	if strings.Contains(d.logs.String(), "s3cret") {
+	if strings.Contains(d.Logs(), "s3cret") {
 		t.Error("the daemon logged the secret")
 	}
 }
@@ -238,11 +238,11 @@ func testNetworkNoneAndRestart(t *testing.T, storage, runtime string) {
 		t.Errorf("mode none: code %d, %q", code, out)
 	}
 	open := w.create(t, corral.CreateOptions{Network: &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}})
-	d.stop()
-	d.start()
+	d.Stop()
+	d.Start()
 	out, code = w.sh(t, open.ID, "wget -qO- http://example.test/")
 	if code != 0 || nettest.Field(out, "server") != "a" {
-		t.Fatalf("after restart: code %d, %q\nlogs:\n%s", code, out, d.logs.String())
+		t.Fatalf("after restart: code %d, %q\nlogs:\n%s", code, out, d.Logs())
 	}
 	if _, code := w.sh(t, open.ID, "wget -qO- http://other.test/"); code == 0 {
 		t.Error("after restart the policy no longer holds")
@@ -272,7 +272,7 @@ func testNetworkManySandboxes(t *testing.T, storage, runtime string) {
 	}
 	start := time.Now()
 	for _, id := range ids {
-		if err := d.client.Delete(t.Context(), id); err != nil {
+		if err := d.Client.Delete(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}
 	}

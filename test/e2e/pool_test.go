@@ -16,7 +16,7 @@ func (d *daemon) waitPoolFull(t testing.TB, name string) *corral.Pool {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		p, err := d.client.GetPool(context.Background(), name)
+		p, err := d.Client.GetPool(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,7 +24,7 @@ func (d *daemon) waitPoolFull(t testing.TB, name string) *corral.Pool {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pool %s not full after a minute: %+v\nlogs:\n%s", name, p, d.logs.String())
+			t.Fatalf("pool %s not full after a minute: %+v\nlogs:\n%s", name, p, d.Logs())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -34,10 +34,10 @@ func (d *daemon) waitPoolFull(t testing.TB, name string) *corral.Pool {
 // which checks that nothing leaked.
 func (d *daemon) removePoolAtCleanup(t testing.TB, name string) {
 	t.Cleanup(func() {
-		if d.cmd.ProcessState != nil {
+		if d.Cmd().ProcessState != nil {
 			return
 		}
-		if err := d.client.DeletePool(context.Background(), name); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
+		if err := d.Client.DeletePool(context.Background(), name); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
 			t.Errorf("deleting pool %s: %v", name, err)
 		}
 	})
@@ -56,7 +56,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("corral pool set: %d %q %q", code, out, errOut)
 	}
 	d.waitPoolFull(t, "warm")
-	if list, err := d.client.List(ctx, corral.ListOptions{}); err != nil || len(list) != 0 {
+	if list, err := d.Client.List(ctx, corral.ListOptions{}); err != nil || len(list) != 0 {
 		t.Fatalf("pooled sandboxes are listed: %v %+v", err, list)
 	}
 	out, _, _ = d.corral("pool", "ls")
@@ -68,7 +68,7 @@ func TestWarmPool(t *testing.T) {
 	sb := d.create(t, corral.CreateOptions{Template: "bb", MemoryMB: 128, Timeout: corral.Timeout(time.Minute),
 		Env: map[string]string{"GREETING": "warm hello"}, Metadata: map[string]string{"who": "e2e"}})
 	if !d.logged(`sandbox claimed from pool" sandbox_id=`+sb.ID, 1) {
-		t.Fatalf("create of the pool's shape did not claim\nlogs:\n%s", d.logs.String())
+		t.Fatalf("create of the pool's shape did not claim\nlogs:\n%s", d.Logs())
 	}
 	if got, _ := d.execOut(t, sb.ID, "echo $GREETING"); got != "warm hello\n" {
 		t.Fatalf("claimed env: %q", got)
@@ -76,21 +76,21 @@ func TestWarmPool(t *testing.T) {
 	if sb.Metadata["who"] != "e2e" || sb.Deadline == nil || sb.Deadline.Before(before.Add(50*time.Second)) || sb.Deadline.After(time.Now().Add(61*time.Second)) {
 		t.Fatalf("claimed sandbox %+v", sb)
 	}
-	if list, _ := d.client.List(ctx, corral.ListOptions{}); len(list) != 1 || list[0].ID != sb.ID {
+	if list, _ := d.Client.List(ctx, corral.ListOptions{}); len(list) != 1 || list[0].ID != sb.ID {
 		t.Fatalf("list after claim: %+v", list)
 	}
 	// Another shape is a cold create.
 	cold := d.create(t, corral.CreateOptions{Template: "bb", MemoryMB: 64})
-	if strings.Contains(d.logs.String(), "sandbox_id="+cold.ID+" pool=") {
+	if strings.Contains(d.Logs(), "sandbox_id="+cold.ID+" pool=") {
 		t.Fatal("a create of another shape claimed from the pool")
 	}
 	d.waitPoolFull(t, "warm")
 
-	d.kill()
-	d.start()
+	d.Kill()
+	d.Start()
 	p := d.waitPoolFull(t, "warm")
-	if p.Ready != 2 || !strings.Contains(d.logs.String(), "adopted warm pool member") {
-		t.Fatalf("pool after a crash: %+v\nlogs:\n%s", p, d.logs.String())
+	if p.Ready != 2 || !strings.Contains(d.Logs(), "adopted warm pool member") {
+		t.Fatalf("pool after a crash: %+v\nlogs:\n%s", p, d.Logs())
 	}
 	again := d.create(t, corral.CreateOptions{Pool: "warm"})
 	if got, _ := d.execOut(t, again.ID, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"); got != "134217728\n" {
@@ -130,28 +130,28 @@ func TestIdleTimeoutDestroys(t *testing.T) {
 	end := time.Now().Add(5 * time.Second)
 	for time.Now().Before(end) {
 		d.execOut(t, busy.ID, "true")
-		if _, err := d.client.Get(ctx, idle); err != nil && time.Now().Before(end.Add(-3500*time.Millisecond)) {
+		if _, err := d.Client.Get(ctx, idle); err != nil && time.Now().Before(end.Add(-3500*time.Millisecond)) {
 			t.Fatalf("idle sandbox gone before its idle timeout: %v", err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if _, err := d.client.Get(ctx, idle); corral.ErrorCode(err) != corral.CodeNotFound {
+	if _, err := d.Client.Get(ctx, idle); corral.ErrorCode(err) != corral.CodeNotFound {
 		t.Fatalf("idle sandbox not destroyed after 5 s: %v", err)
 	}
 	for _, id := range []string{busy.ID, kept.ID} {
-		if _, err := d.client.Get(ctx, id); err != nil {
+		if _, err := d.Client.Get(ctx, id); err != nil {
 			t.Fatalf("sandbox %s destroyed: %v", id, err)
 		}
 	}
-	if !strings.Contains(d.logs.String(), `sandbox timer fired" sandbox_id=`+idle+" timer=idle action=destroy") {
-		t.Fatalf("no idle timer log\nlogs:\n%s", d.logs.String())
+	if !strings.Contains(d.Logs(), `sandbox timer fired" sandbox_id=`+idle+" timer=idle action=destroy") {
+		t.Fatalf("no idle timer log\nlogs:\n%s", d.Logs())
 	}
 	// on_idle pause freezes the idle sandbox instead; resuming it brings it
 	// back with its files and processes.
 	paused := d.create(t, corral.CreateOptions{IdleTimeout: 2 * time.Second, OnIdle: corral.ActionPause})
 	d.execOut(t, paused.ID, "echo kept > /tmp/f")
 	for end := time.Now().Add(6 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		sb, err := d.client.Get(ctx, paused.ID)
+		sb, err := d.Client.Get(ctx, paused.ID)
 		if err != nil {
 			t.Fatalf("sandbox with on_idle pause: %v", err)
 		}
@@ -162,7 +162,7 @@ func TestIdleTimeoutDestroys(t *testing.T) {
 			t.Fatalf("sandbox not paused 6 s after an idle timeout of 2 s: %s", sb.State)
 		}
 	}
-	if _, err := d.client.Resume(ctx, paused.ID, corral.Timeout(time.Minute)); err != nil {
+	if _, err := d.Client.Resume(ctx, paused.ID, corral.Timeout(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := d.execOut(t, paused.ID, "cat /tmp/f"); got != "kept\n" {
@@ -186,7 +186,7 @@ func BenchmarkWarmClaimGVisor(b *testing.B) {
 
 func warmClaim(b *testing.B, d *daemon, runtime string) {
 	ctx := context.Background()
-	if _, err := d.client.SetPool(ctx, "bench", corral.PoolOptions{Template: "bb", Runtime: runtime, Size: 2}); err != nil {
+	if _, err := d.Client.SetPool(ctx, "bench", corral.PoolOptions{Template: "bb", Runtime: runtime, Size: 2}); err != nil {
 		b.Fatal(err)
 	}
 	d.removePoolAtCleanup(b, "bench")
@@ -197,25 +197,25 @@ func warmClaim(b *testing.B, d *daemon, runtime string) {
 		d.waitPoolFull(b, "bench")
 		b.StartTimer()
 		fb := &firstOutput{start: time.Now()}
-		sb, err := d.client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
+		sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
 		if err != nil {
 			b.Fatal(err)
 		}
 		claimed := time.Since(fb.start)
-		if _, err := d.client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fb}); err != nil || fb.at == 0 {
+		if _, err := d.Client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fb}); err != nil || fb.at == 0 {
 			b.Fatalf("exec: %v (first output after %s)", err, fb.at)
 		}
 		b.StopTimer()
 		total = append(total, fb.at)
 		claim = append(claim, claimed)
-		if err := d.client.Delete(ctx, sb.ID); err != nil {
+		if err := d.Client.Delete(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
 	b.StopTimer()
 	if !d.logged("sandbox claimed from pool", b.N) {
-		n := strings.Count(d.logs.String(), "sandbox claimed from pool")
+		n := strings.Count(d.Logs(), "sandbox claimed from pool")
 		b.Fatalf("%d of %d creates claimed from the pool", n, b.N)
 	}
 	reportPercentiles(b, "claim-", claim)
@@ -229,13 +229,13 @@ func TestWarmPoolNetwork(t *testing.T) {
 	w := newNetWorld(t, e2eStorage, "runc")
 	d := w.d
 	d.removePoolAtCleanup(t, "net")
-	if _, err := d.client.SetPool(t.Context(), "net", corral.PoolOptions{Template: "bb", Network: "allowlist", Size: 1}); err != nil {
+	if _, err := d.Client.SetPool(t.Context(), "net", corral.PoolOptions{Template: "bb", Network: "allowlist", Size: 1}); err != nil {
 		t.Fatal(err)
 	}
 	d.waitPoolFull(t, "net")
 	sb := d.create(t, corral.CreateOptions{Pool: "net", Network: &corral.NetworkPolicy{AllowDomains: []string{"example.test"}}})
 	if !d.logged(`sandbox claimed from pool" sandbox_id=`+sb.ID, 1) {
-		t.Fatalf("create did not claim\nlogs:\n%s", d.logs.String())
+		t.Fatalf("create did not claim\nlogs:\n%s", d.Logs())
 	}
 	if sb.Network == nil || sb.Network.Mode != "allowlist" || len(sb.Network.AllowDomains) != 1 {
 		t.Fatalf("claimed sandbox's policy: %+v", sb.Network)
@@ -258,15 +258,15 @@ func TestWarmPoolGVisor(t *testing.T) {
 		t.Fatalf("corral pool set: %d %q", code, errOut)
 	}
 	d.waitPoolFull(t, "gv")
-	d.kill()
-	d.start()
+	d.Kill()
+	d.Start()
 	d.waitPoolFull(t, "gv")
-	if !strings.Contains(d.logs.String(), "adopted warm pool member") {
-		t.Fatalf("gVisor pool member not adopted after a crash\nlogs:\n%s", d.logs.String())
+	if !strings.Contains(d.Logs(), "adopted warm pool member") {
+		t.Fatalf("gVisor pool member not adopted after a crash\nlogs:\n%s", d.Logs())
 	}
 	sb := d.create(t, corral.CreateOptions{Template: "bb", Runtime: "gvisor", Env: map[string]string{"K": "v"}})
 	if !d.logged(`sandbox claimed from pool" sandbox_id=`+sb.ID, 1) {
-		t.Fatalf("create did not claim\nlogs:\n%s", d.logs.String())
+		t.Fatalf("create did not claim\nlogs:\n%s", d.Logs())
 	}
 	if got, _ := d.execOut(t, sb.ID, "echo $K; uname -r"); !strings.HasPrefix(got, "v\n") || !strings.Contains(got, "gvisor") {
 		t.Fatalf("exec in claimed gVisor sandbox: %q", got)
@@ -279,14 +279,14 @@ func TestWarmPoolGVisor(t *testing.T) {
 func TestPoolFlag(t *testing.T) {
 	d := startDaemon(t, e2eStorage, "--pool", "name=boot,template=bb,size=1,memory=64M")
 	d.removePoolAtCleanup(t, "boot")
-	if !strings.Contains(d.logs.String(), "defining pool from the configuration") {
-		t.Fatalf("no log of the skipped pool\nlogs:\n%s", d.logs.String())
+	if !strings.Contains(d.Logs(), "defining pool from the configuration") {
+		t.Fatalf("no log of the skipped pool\nlogs:\n%s", d.Logs())
 	}
-	if _, err := d.client.GetPool(t.Context(), "boot"); corral.ErrorCode(err) != corral.CodeNotFound {
+	if _, err := d.Client.GetPool(t.Context(), "boot"); corral.ErrorCode(err) != corral.CodeNotFound {
 		t.Fatalf("pool defined without its template: %v", err)
 	}
-	d.stop()
-	d.start()
+	d.Stop()
+	d.Start()
 	p := d.waitPoolFull(t, "boot")
 	if p.Template != "bb" || p.MemoryMB != 64 || p.Size != 1 {
 		t.Fatalf("pool from the flag: %+v", p)

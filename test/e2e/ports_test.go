@@ -49,11 +49,11 @@ func TestPorts(t *testing.T) {
 			}
 			sb := d.create(t, corral.CreateOptions{Runtime: tt.runtime, Network: &corral.NetworkPolicy{Mode: tt.mode}})
 			d.installNettool(t, sb.ID)
-			if _, err := d.client.StartProcess(t.Context(), sb.ID, corral.StartOptions{Cmd: []string{nettoolPath, "serve", "8000"}}); err != nil {
+			if _, err := d.Client.StartProcess(t.Context(), sb.ID, corral.StartOptions{Cmd: []string{nettoolPath, "serve", "8000"}}); err != nil {
 				t.Fatal(err)
 			}
 			// busybox httpd bound to loopback only.
-			if _, err := d.client.StartProcess(t.Context(), sb.ID, corral.StartOptions{
+			if _, err := d.Client.StartProcess(t.Context(), sb.ID, corral.StartOptions{
 				Shell: "mkdir -p /work/www && echo loopback-page > /work/www/index.html && exec httpd -f -p 127.0.0.1:8001 -h /work/www",
 			}); err != nil {
 				t.Fatal(err)
@@ -77,7 +77,7 @@ func TestPorts(t *testing.T) {
 			// The servers start in the background: wait for each to listen.
 			waitListening := func(port int, path string, hdr ...string) (int, string) {
 				for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-					status, body, err := get(d.client, port, path, hdr...)
+					status, body, err := get(d.Client, port, path, hdr...)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -128,7 +128,7 @@ func TestPorts(t *testing.T) {
 				t.Errorf("loopback server: %d %q", status, body)
 			}
 			// A closed port.
-			if status, body, err := get(d.client, 8009, ""); err != nil || status != 503 || !strings.Contains(body, "nothing listens on port 8009") {
+			if status, body, err := get(d.Client, 8009, ""); err != nil || status != 503 || !strings.Contains(body, "nothing listens on port 8009") {
 				t.Errorf("closed port: %d %q %v", status, body, err)
 			}
 
@@ -164,7 +164,7 @@ func TestPorts(t *testing.T) {
 				t.Fatalf("corral port: %d %q %q", code, out, errOut)
 			}
 			if _, err := exec.LookPath("curl"); err == nil {
-				b, err := exec.Command("curl", "-sS", "--unix-socket", d.socket, u+"via-curl").CombinedOutput()
+				b, err := exec.Command("curl", "-sS", "--unix-socket", d.Socket, u+"via-curl").CombinedOutput()
 				if err != nil || !strings.Contains(string(b), "GET /via-curl") {
 					t.Errorf("curl %s: %v %q", u, err, b)
 				}
@@ -180,7 +180,7 @@ func TestPorts(t *testing.T) {
 			{"/v1/sandboxes/nosuchsandbox/ports/0/", 400},
 			{"/v1/sandboxes/nosuchsandbox/ports/http/", 400},
 		} {
-			resp, err := d.client.PortClient().Get("http://corral" + tt.path)
+			resp, err := d.Client.PortClient().Get("http://corral" + tt.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,10 +208,10 @@ func BenchmarkPortRoundTrip(b *testing.B) {
 		b.Run(rt, func(b *testing.B) {
 			sb := d.create(b, corral.CreateOptions{Runtime: rt})
 			d.installNettool(b, sb.ID)
-			if _, err := d.client.StartProcess(b.Context(), sb.ID, corral.StartOptions{Cmd: []string{nettoolPath, "serve", "8000"}}); err != nil {
+			if _, err := d.Client.StartProcess(b.Context(), sb.ID, corral.StartOptions{Cmd: []string{nettoolPath, "serve", "8000"}}); err != nil {
 				b.Fatal(err)
 			}
-			hc, u := d.client.PortClient(), d.client.PortURL(sb.ID, 8000)
+			hc, u := d.Client.PortClient(), d.Client.PortURL(sb.ID, 8000)
 			get := func() error {
 				resp, err := hc.Get(u)
 				if err != nil {

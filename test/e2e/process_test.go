@@ -82,7 +82,7 @@ func TestShellUnderTmux(t *testing.T) {
 	sb := d.create(t, corral.CreateOptions{})
 	tm := newTmux(t)
 	exitFile := filepath.Join(t.TempDir(), "exit")
-	cmdline := fmt.Sprintf("CORRAL_HOST=unix://%s %s shell %s; echo EXIT=$? > %s; sleep 60", d.socket, d.bin, sb.ID, exitFile)
+	cmdline := fmt.Sprintf("CORRAL_HOST=unix://%s %s shell %s; echo EXIT=$? > %s; sleep 60", d.Socket, d.Bin, sb.ID, exitFile)
 	tm.run("new-session", "-d", "-s", "main", "-x", "100", "-y", "30", cmdline)
 	// The prompt of busybox's sh ends in "# " for root.
 	tm.waitPane("#", nil)
@@ -107,7 +107,7 @@ func TestShellUnderTmux(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// The shell's process went with the session.
-	list, err := d.client.Processes(t.Context(), sb.ID)
+	list, err := d.Client.Processes(t.Context(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +123,8 @@ func TestShellUnderTmux(t *testing.T) {
 func TestShellPipedInput(t *testing.T) {
 	d := startDaemon(t, "overlay")
 	sb := d.create(t, corral.CreateOptions{})
-	cmd := exec.Command(d.bin, "shell", sb.ID)
-	cmd.Env = append(os.Environ(), "CORRAL_HOST=unix://"+d.socket)
+	cmd := exec.Command(d.Bin, "shell", sb.ID)
+	cmd.Env = append(os.Environ(), "CORRAL_HOST=unix://"+d.Socket)
 	cmd.Stdin = strings.NewReader("stty size\nexit 5\n")
 	out, err := cmd.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
@@ -169,9 +169,9 @@ func TestBackgroundSurvivesDaemonRestart(t *testing.T) {
 	}
 
 	killedAt := time.Now().Unix()
-	d.kill()
+	d.Kill()
 	time.Sleep(2 * time.Second) // distinct seconds on both sides
-	d.start()
+	d.Start()
 	restartedAt := time.Now().Unix()
 
 	ps, _, code := d.corral("ps", sb.ID)
@@ -183,7 +183,7 @@ func TestBackgroundSurvivesDaemonRestart(t *testing.T) {
 	if _, errOut, code := d.corral("kill", "-s", "TERM", sb.ID, strconv.Itoa(pid)); code != 0 {
 		t.Fatalf("kill: %d %s", code, errOut)
 	}
-	p, err := d.client.Wait(t.Context(), sb.ID, pid)
+	p, err := d.Client.Wait(t.Context(), sb.ID, pid)
 	if err != nil || p.Signal != "SIGTERM" {
 		t.Fatalf("after kill: %+v %v", p, err)
 	}
@@ -201,7 +201,7 @@ func attachAcrossRestart(t *testing.T, d *daemon, id string, pid int, killed, re
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	var seenAfter sync.Once
 	w := writerFunc(func(p []byte) (int, error) {
 		n, err := buf.Write(p)
@@ -212,7 +212,7 @@ func attachAcrossRestart(t *testing.T, d *daemon, id string, pid int, killed, re
 		}
 		return n, err
 	})
-	_, err := d.client.Attach(ctx, id, pid, corral.AttachOptions{Stdout: w})
+	_, err := d.Client.Attach(ctx, id, pid, corral.AttachOptions{Stdout: w})
 	if ctx.Err() == nil || t.Context().Err() != nil {
 		t.Fatalf("attach ended early: %v", err)
 	}

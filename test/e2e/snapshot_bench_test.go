@@ -23,11 +23,11 @@ func BenchmarkPauseResume(b *testing.B) {
 	var pause, resume []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if _, err := d.client.Pause(ctx, sb.ID); err != nil {
+		if _, err := d.Client.Pause(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if _, err := d.client.Resume(ctx, sb.ID, nil); err != nil {
+		if _, err := d.Client.Resume(ctx, sb.ID, nil); err != nil {
 			b.Fatal(err)
 		}
 		pause, resume = append(pause, t1.Sub(t0)), append(resume, time.Since(t1))
@@ -52,20 +52,20 @@ func BenchmarkSnapshotFilesystem(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				name := fmt.Sprintf("s%d", i)
 				t0 := time.Now()
-				if _, err := d.client.CreateSnapshot(ctx, sb.ID, name, nil); err != nil {
+				if _, err := d.Client.CreateSnapshot(ctx, sb.ID, name, nil); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				c, err := d.client.Create(ctx, corral.CreateOptions{FromSnapshot: name})
+				c, err := d.Client.Create(ctx, corral.CreateOptions{FromSnapshot: name})
 				if err != nil {
 					b.Fatal(err)
 				}
 				snap, restore = append(snap, t1.Sub(t0)), append(restore, time.Since(t1))
 				b.StopTimer()
-				if err := d.client.Delete(ctx, c.ID); err != nil {
+				if err := d.Client.Delete(ctx, c.ID); err != nil {
 					b.Fatal(err)
 				}
-				if err := d.client.DeleteSnapshot(ctx, name); err != nil {
+				if err := d.Client.DeleteSnapshot(ctx, name); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()
@@ -96,7 +96,7 @@ func benchFork(b *testing.B, d *daemon, id string, n int) {
 	var fork, first []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		copies, err := d.client.Fork(ctx, id, n)
+		copies, err := d.Client.Fork(ctx, id, n)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func benchFork(b *testing.B, d *daemon, id string, n int) {
 		var wg sync.WaitGroup
 		for _, c := range copies {
 			wg.Go(func() {
-				if err := d.client.Delete(ctx, c.ID); err != nil {
+				if err := d.Client.Delete(ctx, c.ID); err != nil {
 					b.Error(err)
 				}
 			})

@@ -20,13 +20,13 @@ import (
 )
 
 // snapshotDir is where the daemon keeps snapshots.
-func (d *daemon) snapshotDir() string { return filepath.Join(d.stateDir, "snapshots") }
+func (d *daemon) snapshotDir() string { return filepath.Join(d.StateDir, "snapshots") }
 
 // checkNoHalfSnapshots fails when the snapshot directory holds anything
 // but the published snapshots the API lists.
 func checkNoHalfSnapshots(t *testing.T, d *daemon) {
 	t.Helper()
-	list, err := d.client.Snapshots(t.Context())
+	list, err := d.Client.Snapshots(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func checkNoHalfSnapshots(t *testing.T, d *daemon) {
 
 func snapshotKind(t *testing.T, d *daemon, runtime string) string {
 	t.Helper()
-	rts, err := d.client.Version(t.Context())
+	rts, err := d.Client.Version(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,26 +72,26 @@ func TestSnapshotRunc(t *testing.T) {
 		sb := d.create(t, corral.CreateOptions{Env: map[string]string{"FROM": "env"}})
 		d.execOut(t, sb.ID, "mkdir -p /work/dir && echo before > /work/dir/before && rm /bin/vi && dd if=/dev/urandom of=/work/blob bs=64k count=16 2>/dev/null && md5sum /work/blob > /work/blob.md5")
 
-		p, err := d.client.Pause(ctx, sb.ID)
+		p, err := d.Client.Pause(ctx, sb.ID)
 		if err != nil || p.State != "paused" {
 			t.Fatalf("pause: %v %+v", err, p)
 		}
-		if _, err := d.client.Exec(ctx, sb.ID, corral.ExecOptions{Shell: "true"}); corral.ErrorCode(err) != "failed_precondition" {
+		if _, err := d.Client.Exec(ctx, sb.ID, corral.ExecOptions{Shell: "true"}); corral.ErrorCode(err) != "failed_precondition" {
 			t.Fatalf("exec in a paused sandbox: %v", err)
 		}
-		r, err := d.client.Resume(ctx, sb.ID, corral.Timeout(10*time.Minute))
+		r, err := d.Client.Resume(ctx, sb.ID, corral.Timeout(10*time.Minute))
 		if err != nil || r.State != "running" || r.Deadline == nil || r.Deadline.Before(time.Now().Add(9*time.Minute)) {
 			t.Fatalf("resume: %v %+v", err, r)
 		}
 
-		snap, err := d.client.CreateSnapshot(ctx, sb.ID, "base", map[string]string{"purpose": "test"})
+		snap, err := d.Client.CreateSnapshot(ctx, sb.ID, "base", map[string]string{"purpose": "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if snap.Kind != corral.SnapshotFilesystem || snap.SandboxID != sb.ID || snap.Metadata["purpose"] != "test" || snap.SizeBytes < 1<<20 {
 			t.Fatalf("snapshot %+v", snap)
 		}
-		if _, err := d.client.CreateSnapshot(ctx, sb.ID, "base", nil); corral.ErrorCode(err) != "already_exists" {
+		if _, err := d.Client.CreateSnapshot(ctx, sb.ID, "base", nil); corral.ErrorCode(err) != "already_exists" {
 			t.Fatalf("second snapshot named base: %v", err)
 		}
 		if out, _ := d.execOut(t, sb.ID, "echo after > /work/after; rm /work/dir/before; echo ok"); out != "ok\n" {
@@ -99,7 +99,7 @@ func TestSnapshotRunc(t *testing.T) {
 		}
 		check := "cat /work/dir/before; test -e /work/after && echo after-present; test -e /bin/vi && echo vi-present; md5sum -c /work/blob.md5 >/dev/null && echo blob-ok; echo $FROM"
 		want := "before\nblob-ok\nenv\n"
-		if err := d.client.Delete(ctx, sb.ID); err != nil {
+		if err := d.Client.Delete(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
 
@@ -108,7 +108,7 @@ func TestSnapshotRunc(t *testing.T) {
 			t.Fatalf("sandbox from the snapshot: %q, want %q", out, want)
 		}
 
-		copies, err := d.client.Fork(ctx, restored.ID, 2)
+		copies, err := d.Client.Fork(ctx, restored.ID, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,9 +123,9 @@ func TestSnapshotRunc(t *testing.T) {
 			}
 		}
 
-		d.stop()
-		d.start()
-		list, err := d.client.Snapshots(ctx)
+		d.Stop()
+		d.Start()
+		list, err := d.Client.Snapshots(ctx)
 		if err != nil || len(list) != 1 || list[0].Name != "base" {
 			t.Fatalf("snapshots after a restart: %v %+v", err, list)
 		}
@@ -133,7 +133,7 @@ func TestSnapshotRunc(t *testing.T) {
 		if out, _ := d.execOut(t, again.ID, check); out != want {
 			t.Fatalf("sandbox from the snapshot after a restart: %q", out)
 		}
-		if _, err := d.client.TemplateFromSnapshot(ctx, "frombase", "base"); err != nil {
+		if _, err := d.Client.TemplateFromSnapshot(ctx, "frombase", "base"); err != nil {
 			t.Fatal(err)
 		}
 		fromTpl := d.create(t, corral.CreateOptions{Template: "frombase"})
@@ -150,11 +150,11 @@ func TestSnapshotRunc(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		_, err = d.client.Create(ctx, corral.CreateOptions{FromSnapshot: "base"})
+		_, err = d.Client.Create(ctx, corral.CreateOptions{FromSnapshot: "base"})
 		if corral.ErrorCode(err) != "failed_precondition" || !strings.Contains(err.Error(), "damaged") {
 			t.Fatalf("restore of a damaged snapshot: %v", err)
 		}
-		if err := d.client.DeleteSnapshot(ctx, "base"); err != nil {
+		if err := d.Client.DeleteSnapshot(ctx, "base"); err != nil {
 			t.Fatal(err)
 		}
 		checkNoHalfSnapshots(t, d)
@@ -185,35 +185,35 @@ func snapshotDurability(t *testing.T, d *daemon, runtime string, window time.Dur
 		d.execOut(t, sb.ID, "echo "+name+" > /work/name")
 		done := make(chan error, 1)
 		go func() {
-			_, err := d.client.CreateSnapshot(context.Background(), sb.ID, name, nil)
+			_, err := d.Client.CreateSnapshot(context.Background(), sb.ID, name, nil)
 			done <- err
 		}()
 		time.Sleep(time.Duration(rng.Int64N(int64(window))))
-		d.kill()
+		d.Kill()
 		if err := <-done; err == nil {
 			completed++
 		}
-		d.start()
+		d.Start()
 		if out, res := d.execOut(t, sb.ID, "cat /work/name"); out != name+"\n" || res.ExitCode != 0 {
 			t.Fatalf("round %d: source sandbox after the restart: %q %+v", i, out, res)
 		}
 		checkNoHalfSnapshots(t, d)
 	}
-	list, err := d.client.Snapshots(ctx)
+	list, err := d.Client.Snapshots(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d of 20 snapshots were answered before the kill; %d are listed; the sandbox was found frozen and thawed %d times",
-		completed, len(list), strings.Count(d.logs.String(), "resuming sandbox frozen"))
+		completed, len(list), strings.Count(d.Logs(), "resuming sandbox frozen"))
 	for _, s := range list {
 		c := d.create(t, corral.CreateOptions{FromSnapshot: s.Name})
 		if out, _ := d.execOut(t, c.ID, "cat /work/name; md5sum -c /work/blob.md5 >/dev/null && echo ok"); out != s.Name+"\nok\n" {
 			t.Errorf("snapshot %s restores as %q", s.Name, out)
 		}
-		if err := d.client.Delete(ctx, c.ID); err != nil {
+		if err := d.Client.Delete(ctx, c.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.client.DeleteSnapshot(ctx, s.Name); err != nil {
+		if err := d.Client.DeleteSnapshot(ctx, s.Name); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -264,7 +264,7 @@ func importPythonTemplate(t testing.TB, d *daemon, name string) {
 	if err := tar.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.ImportTemplate(t.Context(), name, &tarball); err != nil {
+	if _, err := d.Client.ImportTemplate(t.Context(), name, &tarball); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -310,7 +310,7 @@ func TestSnapshotGVisor(t *testing.T) {
 	}
 	importPythonTemplate(t, d, "py")
 	sb := d.create(t, corral.CreateOptions{Template: "py", Runtime: "gvisor", MemoryMB: 256, Pids: 128})
-	if _, err := d.client.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"python3", "-I", "-S", "-c", counterProgram}, Tag: "counter"}); err != nil {
+	if _, err := d.Client.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"python3", "-I", "-S", "-c", counterProgram}, Tag: "counter"}); err != nil {
 		t.Fatal(err)
 	}
 	d.execOut(t, sb.ID, "touch /tmp/run; echo before > /root/before")
@@ -332,7 +332,7 @@ func TestSnapshotGVisor(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	v := counter(t, d, sb.ID)
 
-	copies, err := d.client.Fork(ctx, sb.ID, 4)
+	copies, err := d.Client.Fork(ctx, sb.ID, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,14 +350,14 @@ func TestSnapshotGVisor(t *testing.T) {
 		if got <= v || (got-v)%steps[i] != 0 {
 			t.Errorf("copy %d counts %d from %d: not in steps of %d of its own", i, got, v, steps[i])
 		}
-		wg.Go(func() { _ = d.client.Delete(context.Background(), c.ID) })
+		wg.Go(func() { _ = d.Client.Delete(context.Background(), c.ID) })
 	}
 	wg.Wait()
 	if got := counter(t, d, sb.ID); got != v {
 		t.Errorf("the source counted on to %d while stopped at %d", got, v)
 	}
 
-	if _, err := d.client.CreateSnapshot(ctx, sb.ID, "mem", nil); err != nil {
+	if _, err := d.Client.CreateSnapshot(ctx, sb.ID, "mem", nil); err != nil {
 		t.Fatal(err)
 	}
 	d.execOut(t, sb.ID, "echo after > /root/after; touch /tmp/run")
@@ -376,10 +376,10 @@ func TestSnapshotGVisor(t *testing.T) {
 	if got := counter(t, d, restored.ID); got <= v {
 		t.Errorf("restored counter does not count: %d", got)
 	}
-	if _, err := d.client.Create(ctx, corral.CreateOptions{FromSnapshot: "mem", Runtime: "runc"}); corral.ErrorCode(err) != "invalid_argument" {
+	if _, err := d.Client.Create(ctx, corral.CreateOptions{FromSnapshot: "mem", Runtime: "runc"}); corral.ErrorCode(err) != "invalid_argument" {
 		t.Errorf("memory snapshot on runc: %v", err)
 	}
-	if err := d.client.DeleteSnapshot(ctx, "mem"); err != nil {
+	if err := d.Client.DeleteSnapshot(ctx, "mem"); err != nil {
 		t.Fatal(err)
 	}
 	checkNoHalfSnapshots(t, d)
@@ -450,7 +450,7 @@ func TestForkNetworkGVisor(t *testing.T) {
 		return f[0], f[1]
 	}
 	srcAddr, _ := addr(sb.ID)
-	copies, err := d.client.Fork(t.Context(), sb.ID, 2)
+	copies, err := d.Client.Fork(t.Context(), sb.ID, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,36 +480,36 @@ func TestSnapshotPausedGVisor(t *testing.T) {
 	ctx := t.Context()
 	sb := d.create(t, corral.CreateOptions{Runtime: "gvisor"})
 	d.execOut(t, sb.ID, "echo kept > /root/f")
-	if _, err := d.client.Pause(ctx, sb.ID); err != nil {
+	if _, err := d.Client.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	copies, err := d.client.Fork(ctx, sb.ID, 1)
+	copies, err := d.Client.Fork(ctx, sb.ID, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := d.execOut(t, copies[0].ID, "cat /root/f"); out != "kept\n" {
 		t.Fatalf("copy of a paused sandbox: %q", out)
 	}
-	if got, _ := d.client.Get(ctx, sb.ID); got.State != "paused" {
+	if got, _ := d.Client.Get(ctx, sb.ID); got.State != "paused" {
 		t.Fatalf("source is %s after the fork", got.State)
 	}
-	if _, err := d.client.CreateSnapshot(ctx, sb.ID, "p", nil); corral.ErrorCode(err) != "failed_precondition" {
+	if _, err := d.Client.CreateSnapshot(ctx, sb.ID, "p", nil); corral.ErrorCode(err) != "failed_precondition" {
 		t.Fatalf("second memory save in one pause: %v", err)
 	}
-	if _, err := d.client.Resume(ctx, sb.ID, nil); err != nil {
+	if _, err := d.Client.Resume(ctx, sb.ID, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.Pause(ctx, sb.ID); err != nil {
+	if _, err := d.Client.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.CreateSnapshot(ctx, sb.ID, "p", nil); err != nil {
+	if _, err := d.Client.CreateSnapshot(ctx, sb.ID, "p", nil); err != nil {
 		t.Fatal(err)
 	}
 	c := d.create(t, corral.CreateOptions{FromSnapshot: "p"})
 	if out, _ := d.execOut(t, c.ID, "cat /root/f"); out != "kept\n" {
 		t.Fatalf("sandbox from a snapshot of a paused sandbox: %q", out)
 	}
-	if _, err := d.client.Resume(ctx, sb.ID, nil); err != nil {
+	if _, err := d.Client.Resume(ctx, sb.ID, nil); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := d.execOut(t, sb.ID, "cat /root/f"); out != "kept\n" {

@@ -21,13 +21,13 @@ func TestUpdateLimits(t *testing.T) {
 	if want := fmt.Sprintf("%d\n150000\n", 256<<20); got != want {
 		t.Fatalf("cgroup limits after update = %q, want %q", got, want)
 	}
-	if _, err := d.client.Update(t.Context(), sb.ID, corral.UpdateOptions{MemoryMB: 1}); corral.ErrorCode(err) != corral.CodeInvalidArgument {
+	if _, err := d.Client.Update(t.Context(), sb.ID, corral.UpdateOptions{MemoryMB: 1}); corral.ErrorCode(err) != corral.CodeInvalidArgument {
 		t.Fatalf("memory below the minimum: %v", err)
 	}
-	if _, err := d.client.Update(t.Context(), "nope", corral.UpdateOptions{CPUs: 1}); corral.ErrorCode(err) != corral.CodeNotFound {
+	if _, err := d.Client.Update(t.Context(), "nope", corral.UpdateOptions{CPUs: 1}); corral.ErrorCode(err) != corral.CodeNotFound {
 		t.Fatalf("unknown sandbox: %v", err)
 	}
-	if s, _ := d.client.Get(t.Context(), sb.ID); s.MemoryMB != 256 || s.CPUs != 1.5 {
+	if s, _ := d.Client.Get(t.Context(), sb.ID); s.MemoryMB != 256 || s.CPUs != 1.5 {
 		t.Fatalf("recorded limits %+v", s)
 	}
 }
