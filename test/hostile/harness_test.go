@@ -27,48 +27,18 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/driver/gvisor"
-	"github.com/corralrun/corral/internal/driver/gvisor/gvisortest"
 	"github.com/corralrun/corral/internal/testutil"
+	"github.com/corralrun/corral/internal/testutil/daemontest"
 	corral "github.com/corralrun/corral/sdk"
 )
 
-// mountDir is where the daemon's runc driver mounts idmapped sandbox roots
-// (runc.DefaultMountDir); slots there name their owner's directory.
-const mountDir = "/run/corral-rootfs"
-
 // daemon is a corral server started by the suite.
 type daemon struct {
-	t        testing.TB
-	bin      string
-	base     string
-	stateDir string
-	socket   string
-	cgroup   string
+	*daemontest.Daemon
 	// secret is in the daemon's environment (CORRAL_TEST_SECRET) and in
 	// a host file (secretFile) that no sandbox may read.
 	secret     string
 	secretFile string
-	net        testutil.DaemonNetwork
-	cmd        *exec.Cmd
-	logs       *syncBuffer
-	client     *corral.Client
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func randHex(n int) string {
@@ -89,163 +59,25 @@ func requireHost(t testing.TB) string {
 	return testutil.CorralBinary(t)
 }
 
-// startDaemon starts a btrfs daemon on a fresh state dir with its own
-// socket and cgroup parent, a secret in its environment, and the busybox
-// template "bb". Cleanup deletes everything and checks for leaks.
+// startDaemon starts a btrfs daemon (daemontest.New) with the further
+// server flags extra, a secret in its environment and in a host file, and
+// the busybox template "bb". Cleanup deletes everything and checks for
+// leaks.
 func startDaemon(t testing.TB, extra ...string) *daemon {
 	t.Helper()
-	bin := requireHost(t)
-	// Short paths: unix socket addresses are limited to 107 bytes.
-	base, err := os.MkdirTemp("", "corral-hostile-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireHost(t)
+	secret := "corral-secret-" + randHex(16)
 	d := &daemon{
-		t:          t,
-		bin:        bin,
-		base:       base,
-		stateDir:   filepath.Join(base, "state"),
-		socket:     filepath.Join(base, "corral.sock"),
-		cgroup:     "/corral-hostile-" + randHex(4),
-		secret:     "corral-secret-" + randHex(16),
-		secretFile: filepath.Join(base, "host-secret"),
-		logs:       &syncBuffer{},
+		Daemon: daemontest.New(t, daemontest.Options{Name: "hostile", Storage: "btrfs", Args: extra,
+			Env: []string{"CORRAL_TEST_SECRET=" + secret}}),
+		secret: secret,
 	}
+	d.secretFile = filepath.Join(d.Base, "host-secret")
 	if err := os.WriteFile(d.secretFile, []byte(d.secret+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.net = testutil.NewDaemonNetwork(t)
-	args := append([]string{"server", "--state-dir", d.stateDir, "--socket", d.socket,
-		"--storage", "btrfs", "--cgroup-parent", d.cgroup, "--log-level", "debug"}, d.net.Args(extra)...)
-	args = append(args, extra...)
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.Env = append(os.Environ(), "CORRAL_TEST_SECRET="+d.secret)
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	t.Cleanup(func() {
-		d.cleanup()
-		os.RemoveAll(base)
-	})
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("starting daemon: %v", err)
-	}
-	if d.client, err = corral.New("unix://"+d.socket, ""); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := d.client.Version(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not come up: %v\nlogs:\n%s", err, d.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := d.client.BuildTemplate(ctx, "bb", corral.BuildOptions{Recipe: "busybox"}, nil); err != nil {
-		t.Fatalf("building busybox template: %v", err)
-	}
+	d.BuildBusybox("bb")
 	return d
-}
-
-// pid is the daemon's process ID on the host.
-func (d *daemon) pid() int { return d.cmd.Process.Pid }
-
-// cleanup deletes every sandbox, stops the daemon with SIGTERM and checks
-// that nothing of it is left on the host.
-func (d *daemon) cleanup() {
-	t := d.t
-	if d.cmd.Process != nil && d.cmd.ProcessState == nil && d.client != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		list, err := d.client.List(ctx, corral.ListOptions{})
-		if err != nil {
-			t.Errorf("listing sandboxes at cleanup: %v", err)
-		}
-		for _, sb := range list {
-			if err := d.client.Delete(ctx, sb.ID); err != nil {
-				t.Errorf("deleting %s at cleanup: %v", sb.ID, err)
-			}
-		}
-		cancel()
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- d.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("daemon exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-done
-			t.Errorf("daemon did not stop on SIGTERM")
-		}
-		d.client.Close()
-	}
-	d.checkNoLeaks(t)
-	if t.Failed() {
-		t.Logf("daemon logs:\n%s", d.logs.String())
-	}
-}
-
-// checkNoLeaks asserts that no mount, cgroup, loop device, process, runc
-// container or user-ID slot of the daemon is left.
-func (d *daemon) checkNoLeaks(t testing.TB) {
-	t.Helper()
-	if m := testutil.Mounts(t, d.stateDir); len(m) > 0 {
-		t.Errorf("leaked mounts: %v", m)
-	}
-	if c := testutil.CgroupDirs(t, d.cgroup); len(c) > 0 {
-		t.Errorf("leaked cgroups: %v", c)
-	}
-	if l := testutil.LoopDevicesBackedBy(t, d.stateDir); len(l) > 0 {
-		t.Errorf("leaked loop devices: %v", l)
-	}
-	if p := testutil.ProcessesWithRoot(t, d.stateDir); len(p) > 0 {
-		t.Errorf("leaked sandbox processes: %v", p)
-	}
-	for _, slot := range d.slots(t) {
-		t.Errorf("leaked user ID slot %s", slot)
-		if m := testutil.Mounts(t, slot); len(m) > 0 {
-			t.Errorf("leaked idmapped mounts: %v", m)
-		}
-		if p := testutil.ProcessesWithRoot(t, slot); len(p) > 0 {
-			t.Errorf("leaked sandbox processes: %v", p)
-		}
-	}
-	out, err := exec.Command("runc", "--root", filepath.Join(d.stateDir, "runc", "state"), "list", "-q").Output()
-	if err == nil && strings.TrimSpace(string(out)) != "" {
-		t.Errorf("leaked runc containers: %s", out)
-	}
-	if g := gvisortest.Leftovers(filepath.Join(d.stateDir, "gvisor")); len(g) > 0 {
-		t.Errorf("leaked gVisor sandboxes: %v", g)
-	}
-	if n := d.net.Leftovers(t); len(n) > 0 {
-		t.Errorf("leaked network objects: %v", n)
-	}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, r := range roots {
-		_ = os.Remove(filepath.Join(r, d.cgroup))
-	}
-}
-
-// slots returns the user-ID slot directories held by this daemon's
-// sandboxes.
-func (d *daemon) slots(t testing.TB) []string {
-	t.Helper()
-	entries, _ := os.ReadDir(mountDir)
-	var out []string
-	for _, e := range entries {
-		owner, err := os.Readlink(filepath.Join(mountDir, e.Name(), "owner"))
-		if err == nil && strings.HasPrefix(owner, d.stateDir+"/") {
-			out = append(out, filepath.Join(mountDir, e.Name()))
-		}
-	}
-	return out
 }
 
 // suite is what every case shares: the daemon, a neighbour sandbox that
@@ -281,7 +113,7 @@ func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 	opts.Template = "bb"
 	opts.Runtime = s.runtime
 	ctx := t.Context()
-	sb, err := s.d.client.Create(ctx, opts)
+	sb, err := s.d.Client.Create(ctx, opts)
 	if err != nil {
 		t.Fatalf("creating sandbox: %v", err)
 	}
@@ -289,19 +121,19 @@ func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cg := s.cgroupProcs(sb.ID)
-		if err := s.d.client.Delete(ctx, sb.ID); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
+		if err := s.d.Client.Delete(ctx, sb.ID); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
 			t.Errorf("deleting %s: %v", sb.ID, err)
 		}
 		if _, err := os.Stat(filepath.Dir(cg)); err == nil {
 			t.Errorf("cgroup of %s left after delete", sb.ID)
 		}
-		for _, slot := range s.d.slots(t) {
+		for _, slot := range s.d.Slots() {
 			if owner, _ := os.Readlink(filepath.Join(slot, "owner")); strings.HasSuffix(owner, "/"+sb.ID) {
 				t.Errorf("user ID slot %s of %s left after delete", slot, sb.ID)
 			}
 		}
 	})
-	if _, err := s.d.client.WriteFile(ctx, sb.ID, "/attack", bytes.NewReader(s.attack), 0o755); err != nil {
+	if _, err := s.d.Client.WriteFile(ctx, sb.ID, "/attack", bytes.NewReader(s.attack), 0o755); err != nil {
 		t.Fatalf("copying the attack binary into %s: %v", sb.ID, err)
 	}
 	return sb.ID
@@ -310,21 +142,21 @@ func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 // agentSocket is the host path of sandbox id's agent socket.
 func (s *suite) agentSocket(id string) string {
 	if s.runtime == "gvisor" {
-		return filepath.Join(gvisor.MountDirFor(filepath.Join(s.d.stateDir, "gvisor")), id, "run", "agent.sock")
+		return filepath.Join(gvisor.MountDirFor(filepath.Join(s.d.StateDir, "gvisor")), id, "run", "agent.sock")
 	}
-	return filepath.Join(s.d.stateDir, "runc", "sandboxes", id, "agent.sock")
+	return filepath.Join(s.d.StateDir, "runc", "sandboxes", id, "agent.sock")
 }
 
 // cgroupProcs is the cgroup.procs file of sandbox id's memory cgroup.
 func (s *suite) cgroupProcs(id string) string {
-	return filepath.Join("/sys/fs/cgroup/memory", s.d.cgroup, id, "cgroup.procs")
+	return filepath.Join("/sys/fs/cgroup/memory", s.d.Cgroup, id, "cgroup.procs")
 }
 
 // cgroupValue reads a v1 cgroup file of sandbox id: the number it holds,
 // or with key the value of its "key N" line. Missing files read as -1.
 func (s *suite) cgroupValue(t *testing.T, controller, id, file, key string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, s.d.cgroup, id, file))
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, s.d.Cgroup, id, file))
 	if err != nil {
 		t.Logf("reading cgroup file: %v", err)
 		return -1
@@ -393,7 +225,7 @@ func (s *suite) run(ctx context.Context, id string, opts corral.ExecOptions) (re
 	stdout, stderr := &limitedBuffer{max: 256 << 10}, &limitedBuffer{max: 256 << 10}
 	opts.Stdout, opts.Stderr = stdout, stderr
 	opts.Env = map[string]string{"CORRAL_ATTACK_SANDBOXED": "1"}
-	res, err := s.d.client.Exec(ctx, id, opts)
+	res, err := s.d.Client.Exec(ctx, id, opts)
 	if err != nil {
 		return result{}, err
 	}
@@ -441,7 +273,7 @@ func (s *suite) checkNeighbour(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := s.d.client.Exec(ctx, s.neighbour, corral.ExecOptions{Cmd: []string{"echo", "alive"}, Stdout: &out})
+	res, err := s.d.Client.Exec(ctx, s.neighbour, corral.ExecOptions{Cmd: []string{"echo", "alive"}, Stdout: &out})
 	if err != nil || res.ExitCode != 0 || out.String() != "alive\n" {
 		t.Errorf("neighbour exec: %q, %+v, %v", out.String(), res, err)
 	}
@@ -454,7 +286,7 @@ func (s *suite) neighbourLatency(t *testing.T, n int) []time.Duration {
 	out := make([]time.Duration, 0, n)
 	for range n {
 		t0 := time.Now()
-		res, err := s.d.client.Exec(t.Context(), s.neighbour, corral.ExecOptions{Cmd: []string{"true"}})
+		res, err := s.d.Client.Exec(t.Context(), s.neighbour, corral.ExecOptions{Cmd: []string{"true"}})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("neighbour exec: %+v, %v", res, err)
 		}
@@ -537,7 +369,7 @@ func (s *suite) checkHost(t *testing.T, before hostState) {
 	if after.secret != before.secret {
 		t.Errorf("host secret file changed")
 	}
-	if err := s.d.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+	if err := s.d.Cmd().Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("daemon is gone: %v", err)
 	}
 }
@@ -545,7 +377,7 @@ func (s *suite) checkHost(t *testing.T, before hostState) {
 // daemonRSS is the daemon's resident memory in bytes, 0 if unknown. It is
 // safe to call from any goroutine.
 func (s *suite) daemonRSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.d.pid()))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.d.Cmd().Process.Pid))
 	if err != nil {
 		return 0
 	}
@@ -584,7 +416,7 @@ func (s *suite) sandboxUIDs(t *testing.T, id string) []int {
 // readAll reads a sandbox file through the API.
 func (s *suite) readFile(t *testing.T, id, path string) ([]byte, error) {
 	t.Helper()
-	r, err := s.d.client.ReadFile(t.Context(), id, path)
+	r, err := s.d.Client.ReadFile(t.Context(), id, path)
 	if err != nil {
 		return nil, err
 	}

@@ -45,12 +45,12 @@ func TestHostileGVisor(t *testing.T) {
 
 func runCases(t *testing.T, s *suite) {
 	d := s.d
-	nb, err := d.client.Create(t.Context(), corral.CreateOptions{Template: "bb", Runtime: s.runtime, CPUs: 1, MemoryMB: 128})
+	nb, err := d.Client.Create(t.Context(), corral.CreateOptions{Template: "bb", Runtime: s.runtime, CPUs: 1, MemoryMB: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.neighbour = nb.ID
-	if _, err := d.client.WriteFile(t.Context(), nb.ID, "/attack", bytes.NewReader(s.attack), 0o755); err != nil {
+	if _, err := d.Client.WriteFile(t.Context(), nb.ID, "/attack", bytes.NewReader(s.attack), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	idle := s.neighbourLatency(t, 50)
@@ -187,7 +187,7 @@ func gvisorProbes() map[string]string {
 // without them.
 func testSyscalls(t *testing.T, s *suite) {
 	id := s.create(t, corral.CreateOptions{})
-	res := s.sh(t, id, fmt.Sprintf("/attack probes %d", s.d.pid()), 30*time.Second)
+	res := s.sh(t, id, fmt.Sprintf("/attack probes %d", s.d.Cmd().Process.Pid), 30*time.Second)
 	if res.ExitCode != 0 {
 		t.Fatalf("attack probes: exit %d, stderr %s", res.ExitCode, res.stderr)
 	}
@@ -214,7 +214,7 @@ func testSyscalls(t *testing.T, s *suite) {
 func testHostFiles(t *testing.T, s *suite) {
 	id := s.create(t, corral.CreateOptions{})
 	d := s.d
-	res := s.sh(t, id, "/attack find "+d.secret+" / "+d.base+" "+d.stateDir, 60*time.Second)
+	res := s.sh(t, id, "/attack find "+d.secret+" / "+d.Base+" "+d.StateDir, 60*time.Second)
 	if !strings.Contains(res.stdout, "found total 0\n") || strings.Contains(res.stdout, "found /") {
 		t.Errorf("the secret is readable inside:\n%s", res.stdout)
 	}
@@ -224,13 +224,13 @@ func testHostFiles(t *testing.T, s *suite) {
 		t.Errorf("the daemon's environment is visible inside:\n%s", res.stdout)
 	}
 	agentSock := s.agentSocket(s.neighbour)
-	res = s.sh(t, id, "/attack connect "+d.socket+" "+agentSock, 10*time.Second)
-	for _, p := range []string{d.socket, agentSock} {
+	res = s.sh(t, id, "/attack connect "+d.Socket+" "+agentSock, 10*time.Second)
+	for _, p := range []string{d.Socket, agentSock} {
 		if !strings.Contains(res.stdout, "connect "+p+" ENOENT") {
 			t.Errorf("connecting to %s from inside: %q, want ENOENT", p, res.stdout)
 		}
 	}
-	res = s.sh(t, id, "ls "+d.stateDir+" "+d.base+" 2>&1; cat /proc/1/root"+d.secretFile+" 2>&1; cat /etc/shadow 2>&1", 10*time.Second)
+	res = s.sh(t, id, "ls "+d.StateDir+" "+d.Base+" 2>&1; cat /proc/1/root"+d.secretFile+" 2>&1; cat /etc/shadow 2>&1", 10*time.Second)
 	if strings.Contains(res.stdout, "corral.db") || strings.Contains(res.stdout, d.secret) {
 		t.Errorf("host files visible inside:\n%s", res.stdout)
 	}
@@ -263,7 +263,7 @@ func testHostFiles(t *testing.T, s *suite) {
 func testFileAPIEscapes(t *testing.T, s *suite) {
 	id := s.create(t, corral.CreateOptions{})
 	d := s.d
-	s.sh(t, id, "ln -s / /tmp/root; ln -s "+d.secretFile+" /tmp/secret; ln -s "+d.stateDir+" /tmp/state; ln -s /proc/1/root /tmp/init-root", 5*time.Second)
+	s.sh(t, id, "ln -s / /tmp/root; ln -s "+d.secretFile+" /tmp/secret; ln -s "+d.StateDir+" /tmp/state; ln -s /proc/1/root /tmp/init-root", 5*time.Second)
 	own := s.sh(t, id, "cat /etc/passwd", 5*time.Second).stdout
 	for _, p := range []string{"/tmp/secret", "/../../../.." + d.secretFile, "/tmp/root/.." + d.secretFile,
 		"/tmp/state/corral.db", "/tmp/init-root" + d.secretFile, "/tmp/root/../../proc/1/root" + d.secretFile} {
@@ -291,9 +291,9 @@ func testFileAPIEscapes(t *testing.T, s *suite) {
 	// Writes with ".." and through a symlink to / stay inside.
 	name := "corral-hostile-" + randHex(4)
 	for _, p := range []string{"/../../../tmp/" + name, "/tmp/root/tmp/" + name + "-2", "/tmp/state/" + name} {
-		_, _ = s.d.client.WriteFile(t.Context(), id, p, strings.NewReader("x"), 0o644)
+		_, _ = s.d.Client.WriteFile(t.Context(), id, p, strings.NewReader("x"), 0o644)
 	}
-	for _, p := range []string{"/tmp/" + name, "/tmp/" + name + "-2", filepath.Join(d.stateDir, name)} {
+	for _, p := range []string{"/tmp/" + name, "/tmp/" + name + "-2", filepath.Join(d.StateDir, name)} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a write through the file API reached the host at %s (%v)", p, err)
 		}
@@ -316,7 +316,7 @@ func testForkBomb(t *testing.T, s *suite) {
 	wait := s.background(t, id, "bomb() { bomb | bomb & }; bomb; sleep 8", 6*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	best, rounds := s.neighbourP99(t, budget)
-	st, err := s.d.client.Stats(t.Context(), id)
+	st, err := s.d.Client.Stats(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func testMemoryBomb(t *testing.T, s *suite) {
 	if !res.OOMKilled || res.Signal != "SIGKILL" {
 		t.Errorf("allocating 256 MiB under 64 MiB: %+v, stdout %q; want oom_killed", res.ExecResult, res.stdout)
 	}
-	st, err := s.d.client.Stats(t.Context(), id)
+	st, err := s.d.Client.Stats(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func testGVisorMemoryBomb(t *testing.T, s *suite, id string) {
 		t.Errorf("allocating 256 MiB under 64 MiB: %+v, stdout %q; want the sandbox killed", res.ExecResult, res.stdout)
 	}
 	t.Logf("allocating 256 MiB under 64 MiB: %v", err)
-	st, err := s.d.client.Stats(t.Context(), id)
+	st, err := s.d.Client.Stats(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func (s *suite) waitError(t *testing.T, id string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, func() bool {
 		_, _ = s.run(t.Context(), id, corral.ExecOptions{Cmd: []string{"true"}, Timeout: time.Second})
-		sb, err := s.d.client.Get(t.Context(), id)
+		sb, err := s.d.Client.Get(t.Context(), id)
 		return err == nil && sb.State == "error"
 	})
 }
@@ -487,7 +487,7 @@ func (s *suite) waitError(t *testing.T, id string) {
 // EDQUOT, the host's file system gains no more than the quota, and the
 // same write succeeds without a quota.
 func testDiskFill(t *testing.T, s *suite) {
-	img := filepath.Join(s.d.stateDir, "storage", "btrfs.img")
+	img := filepath.Join(s.d.StateDir, "storage", "btrfs.img")
 	before := allocated(t, img)
 	id := s.create(t, corral.CreateOptions{DiskMB: 100})
 	res := s.sh(t, id, "dd if=/dev/zero of=/fill bs=1M count=200; sync; stat -c %s /fill", 60*time.Second)
@@ -538,14 +538,14 @@ func testCPUSpin(t *testing.T, s *suite) {
 	throttled := s.cgroupValue(t, "cpu", id, "cpu.stat", "nr_throttled")
 	wait := s.background(t, id, spin, 5*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	before, err := s.d.client.Stats(t.Context(), id)
+	before, err := s.d.Client.Stats(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
 	best, rounds := s.neighbourP99(t, budget)
 	time.Sleep(time.Until(t0.Add(2 * time.Second)))
-	after, err := s.d.client.Stats(t.Context(), id)
+	after, err := s.d.Client.Stats(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,12 +597,12 @@ func testUnboundedOutput(t *testing.T, s *suite) {
 		}
 	}()
 	out := &limitedBuffer{max: 1 << 10}
-	res, err := s.d.client.Exec(t.Context(), id, corral.ExecOptions{Cmd: []string{"yes", "hostile output line"}, Timeout: 3 * time.Second, Stdout: out})
+	res, err := s.d.Client.Exec(t.Context(), id, corral.ExecOptions{Cmd: []string{"yes", "hostile output line"}, Timeout: 3 * time.Second, Stdout: out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	slow := &stallingWriter{stall: 2 * time.Second}
-	res2, err := s.d.client.Exec(t.Context(), id, corral.ExecOptions{Cmd: []string{"yes", "hostile output line"}, Timeout: 3 * time.Second, Stdout: slow})
+	res2, err := s.d.Client.Exec(t.Context(), id, corral.ExecOptions{Cmd: []string{"yes", "hostile output line"}, Timeout: 3 * time.Second, Stdout: slow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,7 +625,7 @@ func testUnboundedOutput(t *testing.T, s *suite) {
 	var capped, marker limitedBuffer
 	marker.max = 1 << 10
 	capped.max = 1 << 10
-	res3, err := s.d.client.Exec(t.Context(), id, corral.ExecOptions{Shell: "yes hostile | head -c 20000000", MaxOutputBytes: 1 << 20,
+	res3, err := s.d.Client.Exec(t.Context(), id, corral.ExecOptions{Shell: "yes hostile | head -c 20000000", MaxOutputBytes: 1 << 20,
 		Stdout: &capped, Stderr: &marker})
 	if err != nil {
 		t.Fatal(err)
@@ -666,12 +666,12 @@ func testTimeouts(t *testing.T, s *suite) {
 	if r := s.sh(t, id, "sleep 0.2; echo done", 0); r.TimedOut || r.stdout != "done\n" {
 		t.Errorf("without a timeout: %+v %q", r.ExecResult, r.stdout)
 	}
-	sb, err := s.d.client.Create(t.Context(), corral.CreateOptions{Template: "bb", Timeout: corral.Timeout(2 * time.Second)})
+	sb, err := s.d.Client.Create(t.Context(), corral.CreateOptions{Template: "bb", Timeout: corral.Timeout(2 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, func() bool {
-		_, err := s.d.client.Get(t.Context(), sb.ID)
+		_, err := s.d.Client.Get(t.Context(), sb.ID)
 		return corral.ErrorCode(err) == corral.CodeNotFound
 	})
 }
