@@ -28,7 +28,7 @@ func testSDK(t *testing.T, runtime string) {
 	t.Run("binary", func(t *testing.T) { testBinary(t, h) })
 	// The scripts cannot tell the runtime; the daemon's log of each create
 	// can.
-	created := regexp.MustCompile(`msg="sandbox created" .*runtime=(\S+)`).FindAllStringSubmatch(h.logs.String(), -1)
+	created := regexp.MustCompile(`msg="sandbox created" .*runtime=(\S+)`).FindAllStringSubmatch(h.Logs(), -1)
 	if len(created) == 0 {
 		t.Fatal("the daemon logged no sandbox created")
 	}

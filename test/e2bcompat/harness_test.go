@@ -16,13 +16,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/corralrun/corral/internal/testutil"
-	corral "github.com/corralrun/corral/sdk"
+	"github.com/corralrun/corral/internal/testutil/daemontest"
 )
 
 // sdkVersion is the e2b npm package the suite is written and checked
@@ -31,32 +29,10 @@ const sdkVersion = "2.51.0"
 
 // harness is a daemon with the E2B facade, and the e2b SDK installed.
 type harness struct {
-	url     string // E2B_API_URL and E2B_SANDBOX_URL
-	apiKey  string
-	sdkDir  string // holds node_modules/e2b
-	client  *corral.Client
-	logs    *syncBuffer
-	base    string
-	cgroup  string
-	cmd     *exec.Cmd
-	stopped bool
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*daemontest.Daemon
+	url    string // E2B_API_URL and E2B_SANDBOX_URL
+	apiKey string
+	sdkDir string // holds node_modules/e2b
 }
 
 func randHex(n int) string {
@@ -65,10 +41,10 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// startHarness builds and starts the daemon with the facade, builds the
-// busybox template "base" (E2B's default template name), installs the
-// SDK, and registers a cleanup that deletes every sandbox, stops the
-// daemon and checks that nothing leaked.
+// startHarness installs the SDK, starts the daemon (daemontest.New) with
+// the facade and sandboxes on runtime, and builds the busybox template
+// "base" (E2B's default template name). At the end of t every sandbox is
+// deleted, the daemon stopped, and the host checked for leaks.
 func startHarness(t *testing.T, runtime string) *harness {
 	t.Helper()
 	testutil.RequiresRoot(t)
@@ -76,20 +52,7 @@ func startHarness(t *testing.T, runtime string) *harness {
 	testutil.RequiresBinary(t, "busybox")
 	testutil.RequiresBinary(t, "node")
 	testutil.RequiresBinary(t, "npm")
-	corralBin := testutil.CorralBinary(t)
-
-	// Short paths: unix socket addresses are limited to 107 bytes.
-	base, err := os.MkdirTemp("", "corral-e2b-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{apiKey: randHex(16), logs: &syncBuffer{}, base: base, cgroup: "/corral-e2bcompat-" + randHex(4)}
-	t.Cleanup(func() {
-		h.cleanup(t)
-		os.RemoveAll(base)
-	})
-	h.sdkDir = installSDK(t)
-
+	h := &harness{apiKey: randHex(16), sdkDir: installSDK(t)}
 	// The real daemon serves the facade with --e2b-listen. The port is
 	// picked here: a listener on port 0 tells us a free one.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,37 +61,10 @@ func startHarness(t *testing.T, runtime string) *harness {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	socket := filepath.Join(base, "corral.sock")
-	h.cmd = exec.Command(corralBin, "server", "--state-dir", filepath.Join(base, "state"), "--socket", socket,
-		"--storage", "overlay", "--cgroup-parent", h.cgroup, "--log-level", "debug",
-		"--api-key", h.apiKey, "--e2b-listen", addr, "--runtime", runtime)
-	// The daemon's sandbox networks: its own subnet, interfaces and table.
-	h.cmd.Args = append(h.cmd.Args, testutil.NewDaemonNetwork(t).Args(nil)...)
-	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
-	if err := h.cmd.Start(); err != nil {
-		t.Fatalf("starting corral server: %v", err)
-	}
 	h.url = "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("corral server did not serve the E2B API\nlogs:\n%s", h.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if h.client, err = corral.New("unix://"+socket, ""); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if _, err := h.client.BuildTemplate(ctx, "base", corral.BuildOptions{Recipe: "busybox"}, nil); err != nil {
-		t.Fatalf("building the busybox template: %v\nlogs:\n%s", err, h.logs.String())
-	}
+	h.Daemon = daemontest.New(t, daemontest.Options{Name: "e2bcompat", Storage: "overlay",
+		Args: []string{"--api-key", h.apiKey, "--e2b-listen", addr, "--runtime", runtime}})
+	h.BuildBusybox("base")
 	return h
 }
 
@@ -208,7 +144,7 @@ func (h *harness) node(t *testing.T, script string) string {
 	err := cmd.Run()
 	t.Logf("%s: %s", script, time.Since(start).Round(time.Millisecond))
 	if err != nil {
-		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s\ndaemon logs (tail):\n%s", script, err, stdout.String(), stderr.String(), tail(h.logs.String(), 60))
+		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s\ndaemon logs (tail):\n%s", script, err, stdout.String(), stderr.String(), tail(h.Logs(), 60))
 	}
 	return stdout.String()
 }
@@ -219,56 +155,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// cleanup deletes every sandbox, stops the daemon and checks that no
-// mount, cgroup or sandbox process of it is left.
-func (h *harness) cleanup(t *testing.T) {
-	if h.cmd == nil || h.cmd.Process == nil {
-		return
-	}
-	if h.client != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		list, err := h.client.List(ctx, corral.ListOptions{})
-		if err != nil {
-			t.Errorf("listing sandboxes at cleanup: %v", err)
-		}
-		for _, sb := range list {
-			if err := h.client.Delete(ctx, sb.ID); err != nil {
-				t.Errorf("deleting %s at cleanup: %v", sb.ID, err)
-			}
-		}
-		cancel()
-		h.client.Close()
-	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- h.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("corral server exited with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-done
-		t.Errorf("corral server did not stop on SIGTERM")
-	}
-	state := filepath.Join(h.base, "state")
-	if m := testutil.Mounts(t, state); len(m) > 0 {
-		t.Errorf("leaked mounts: %v", m)
-	}
-	if c := testutil.CgroupDirs(t, h.cgroup); len(c) > 0 {
-		t.Errorf("leaked cgroups: %v", c)
-	}
-	if p := testutil.ProcessesWithRoot(t, state); len(p) > 0 {
-		t.Errorf("leaked sandbox processes: %v", p)
-	}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, r := range append(roots, "/sys/fs/cgroup") {
-		_ = os.Remove(filepath.Join(r, h.cgroup))
-	}
-	if t.Failed() {
-		t.Logf("daemon logs:\n%s", h.logs.String())
-	}
 }
