@@ -49,7 +49,7 @@ func entryOf(fi wire.FileInfo) entryInfo {
 	e := entryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: fi.Size, Mode: fi.Mode & 0o777,
 		Permissions: mode.String(), Owner: idName(fi.UID), Group: idName(fi.GID)}
 	if !fi.ModTime.IsZero() {
-		e.ModifiedTime = &timestamp{fi.ModTime}
+		e.ModifiedTime = timestampOf(fi.ModTime)
 	}
 	if fi.Type == wire.FileTypeSymlink {
 		target := fi.Target
