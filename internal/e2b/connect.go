@@ -49,14 +49,14 @@ type codec struct{ proto bool }
 
 func (c codec) decode(data []byte, m request) error {
 	if c.proto {
-		return m.parseProto(data)
+		return parseProto(data, m)
 	}
 	return decodeJSON(data, m)
 }
 
 func (c codec) encode(m response) ([]byte, error) {
 	if c.proto {
-		return m.appendProto(nil), nil
+		return appendProto(nil, m), nil
 	}
 	return json.Marshal(m)
 }

@@ -518,18 +518,24 @@ func (s *Server) resumeIfPaused(ctx context.Context, sb sandbox.Sandbox) (sandbo
 	return sb, err == nil, err
 }
 
-// connect resumes a paused sandbox and extends (never shortens) its
-// deadline to now + timeout when a timeout is given. 201 means resumed,
-// 200 already running.
-func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+// resumeRequest reads the body of connect and resume, {"timeout":
+// seconds} with the timeout optional, and the sandbox they name.
+func (s *Server) resumeRequest(r *http.Request) (sandbox.Sandbox, *int64, error) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
 	}
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
-		return
+		return sandbox.Sandbox{}, nil, err
 	}
 	sb, err := s.m.Get(r.PathValue("id"))
+	return sb, req.Timeout, err
+}
+
+// connect resumes a paused sandbox and extends (never shortens) its
+// deadline to now + timeout when a timeout is given. 201 means resumed,
+// 200 already running.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	sb, timeout, err := s.resumeRequest(r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -543,8 +549,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be connected to", sb.ID, sb.State))
 		return
 	}
-	if req.Timeout != nil {
-		if err := s.extend(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
+	if timeout != nil {
+		if err := s.extend(r.Context(), sb.ID, seconds(*timeout)); err != nil {
 			writeAPIError(w, err)
 			return
 		}
@@ -558,14 +564,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 
 // resume is the deprecated resume call: 409 when the sandbox runs.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	sb, err := s.m.Get(r.PathValue("id"))
+	sb, timeout, err := s.resumeRequest(r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -578,8 +577,8 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	if req.Timeout != nil {
-		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
+	if timeout != nil {
+		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, seconds(*timeout)); err != nil {
 			writeAPIError(w, err)
 			return
 		}

@@ -345,37 +345,23 @@ func TestProcessStartJSON(t *testing.T) {
 
 func TestProcessStartProtoAndConnect(t *testing.T) {
 	e := newEnv(t)
-	// StartRequest{process: {cmd: "/bin/sh", args: ["-c", "echo one; sleep 0.3; echo two"]}, tag: "t1"}
-	var cfg pbEnc
-	cfg.str(1, "/bin/sh")
-	cfg.strAlways(2, "-c")
-	cfg.strAlways(2, "echo one; sleep 0.3; echo two")
-	var req pbEnc
-	req.tag(1, 2)
-	req = append(req, byte(len(cfg)))
-	req = append(req, cfg...)
-	req.str(3, "t1")
+	tag := "t1"
+	req := appendProto(nil, startRequest{Process: processConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo one; sleep 0.3; echo two"}}, Tag: &tag})
 	var pid uint64
 	var out []string
 	var exited bool
 	end := e.streamRaw("process.Process/Start", "application/connect+proto", req, nil, func(data []byte) bool {
-		err := parseFields(data, func(f pbField) error { // StartResponse.event
-			return parseFields(f.b, func(ev pbField) error { // ProcessEvent oneof
-				return parseFields(ev.b, func(g pbField) error {
-					switch {
-					case ev.num == 1 && g.num == 1:
-						pid = g.v
-					case ev.num == 2 && g.num == 1:
-						out = append(out, string(g.b))
-					case ev.num == 3 && g.num == 2:
-						exited = g.v == 1
-					}
-					return nil
-				})
-			})
-		})
-		if err != nil {
+		var resp processEventResponse
+		if err := parseProto(data, &resp); err != nil {
 			t.Fatal(err)
+		}
+		switch ev := resp.Event; {
+		case ev.Start != nil:
+			pid = uint64(ev.Start.PID)
+		case ev.Data != nil:
+			out = append(out, string(ev.Data.Stdout))
+		case ev.End != nil:
+			exited = ev.End.Exited
 		}
 		return true
 	})
@@ -389,6 +375,45 @@ func TestProcessStartProtoAndConnect(t *testing.T) {
 	}
 	if _, ok := msgs[len(msgs)-1]["event"].(map[string]any)["end"]; !ok {
 		t.Errorf("connect did not end with the end event: %v", msgs)
+	}
+}
+
+// TestUnaryProto sends unary calls in the binary encoding, written here
+// byte by byte, and malformed messages that must be refused.
+func TestUnaryProto(t *testing.T) {
+	e := newEnv(t)
+	call := func(method, wireHex string) (*http.Response, []byte) {
+		t.Helper()
+		resp := e.envd("POST", "/"+method, "application/proto", bytes.NewReader(unhex(t, wireHex)), nil)
+		body, _ := io.ReadAll(resp.Body)
+		return resp, body
+	}
+	// MakeDirRequest{path: "/work/p"}
+	resp, body := call("filesystem.Filesystem/MakeDir", "0a 07 2f776f726b2f70")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/proto" {
+		t.Fatalf("MakeDir: HTTP %d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	var made entryResponse
+	if err := parseProto(body, &made); err != nil || made.Entry.Type != fileTypeDirectory || made.Entry.Path != "/work/p" || made.Entry.Name != "p" {
+		t.Errorf("MakeDir answer: %+v %v", made, err)
+	}
+	// ListDirRequest{path: "/work", depth: 1}, with an unknown field 9 first.
+	resp, body = call("filesystem.Filesystem/ListDir", "48 07 0a 05 2f776f726b 10 01")
+	var list listDirResponse
+	if err := parseProto(body, &list); resp.StatusCode != 200 || err != nil || len(list.Entries) != 1 || list.Entries[0].Name != "p" {
+		t.Errorf("ListDir: HTTP %d %+v %v", resp.StatusCode, list, err)
+	}
+	for _, tt := range []struct{ name, method, wire, msg string }{
+		{"truncated path", "filesystem.Filesystem/Stat", "0a 07 2f", "field 1: unexpected EOF"},
+		{"path as a varint", "filesystem.Filesystem/Stat", "08 01", "field 1: wire type varint, want length-delimited"},
+		{"truncated pid", "process.Process/SendSignal", "0a 02 08 ff", "field 1: field 1: unexpected EOF"},
+	} {
+		resp, body := call(tt.method, tt.wire)
+		var ce connectError
+		_ = json.Unmarshal(body, &ce)
+		if resp.StatusCode != 400 || ce.Code != "invalid_argument" || !strings.Contains(ce.Message, "invalid protobuf message: "+tt.msg) {
+			t.Errorf("%s: HTTP %d %s", tt.name, resp.StatusCode, body)
+		}
 	}
 }
 
@@ -641,7 +666,7 @@ func TestJSONNames(t *testing.T) {
 	if err := decodeJSON([]byte(`{"process":{"pid":7},"input":{"pty":"aGk"}}`), &in); err != nil || string(in.Input.data()) != "hi" || *in.Process.PID != 7 {
 		t.Errorf("send input: %+v %v", in, err)
 	}
-	b, _ := json.Marshal(entryInfo{Name: "f", Type: fileTypeFile, Size: 5, ModifiedTime: &timestamp{time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC)}})
+	b, _ := json.Marshal(entryInfo{Name: "f", Type: fileTypeFile, Size: 5, ModifiedTime: timestampOf(time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC))})
 	if want := `{"name":"f","type":"FILE_TYPE_FILE","size":"5","modifiedTime":"2024-01-02T03:04:05.000006000Z"}`; string(b) != want {
 		t.Errorf("entry JSON %s, want %s", b, want)
 	}

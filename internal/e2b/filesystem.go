@@ -49,7 +49,7 @@ func entryOf(fi wire.FileInfo) entryInfo {
 	e := entryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: fi.Size, Mode: fi.Mode & 0o777,
 		Permissions: mode.String(), Owner: idName(fi.UID), Group: idName(fi.GID)}
 	if !fi.ModTime.IsZero() {
-		e.ModifiedTime = &timestamp{fi.ModTime}
+		e.ModifiedTime = timestampOf(fi.ModTime)
 	}
 	if fi.Type == wire.FileTypeSymlink {
 		target := fi.Target
@@ -67,10 +67,7 @@ func idName(id int) string {
 
 func (s *Server) fsStat(ctx context.Context, c *call) (response, error) {
 	var req pathRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := s.decodeFor(c, &req)
 	if err != nil {
 		return nil, err
 	}
@@ -86,10 +83,7 @@ func (s *Server) fsStat(ctx context.Context, c *call) (response, error) {
 // false) and an existing file is invalid_argument.
 func (s *Server) fsMakeDir(ctx context.Context, c *call) (response, error) {
 	var req pathRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := s.decodeFor(c, &req)
 	if err != nil {
 		return nil, err
 	}
@@ -111,10 +105,7 @@ func (s *Server) fsMakeDir(ctx context.Context, c *call) (response, error) {
 
 func (s *Server) fsMove(ctx context.Context, c *call) (response, error) {
 	var req moveRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := s.decodeFor(c, &req)
 	if err != nil {
 		return nil, err
 	}
@@ -129,10 +120,7 @@ func (s *Server) fsMove(ctx context.Context, c *call) (response, error) {
 // fsListDir lists a directory to the given depth (1: its entries only).
 func (s *Server) fsListDir(ctx context.Context, c *call) (response, error) {
 	var req listDirRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := s.decodeFor(c, &req)
 	if err != nil {
 		return nil, err
 	}
@@ -170,10 +158,7 @@ func (s *Server) fsListDir(ctx context.Context, c *call) (response, error) {
 // is not an error, as with envd's os.RemoveAll.
 func (s *Server) fsRemove(ctx context.Context, c *call) (response, error) {
 	var req pathRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := s.decodeFor(c, &req)
 	if err != nil {
 		return nil, err
 	}
@@ -187,10 +172,7 @@ func (s *Server) fsRemove(ctx context.Context, c *call) (response, error) {
 // watch is in place, then one event per change, with keepalives.
 func (s *Server) fsWatchDir(ctx context.Context, c *call, out *stream) error {
 	var req watchRequest
-	if err := c.decode(&req); err != nil {
-		return err
-	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := s.decodeFor(c, &req)
 	if err != nil {
 		return err
 	}

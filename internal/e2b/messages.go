@@ -1,23 +1,22 @@
 package e2b
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // This file declares the messages of E2B's process.Process and
-// filesystem.Filesystem services that Corral reads (requests: parseProto
-// and JSON decoding) or writes (responses: appendProto and JSON encoding).
-// Each comment names the proto message and its fields with their numbers.
+// filesystem.Filesystem services that Corral reads (requests) or writes
+// (responses). Each names its proto message; the `pb` tags carry the
+// field numbers and the `json` tags the JSON names (protobuf.go says how
+// the Go types map to protobuf types).
 
-// request is a message Corral reads.
-type request interface {
-	// parseProto reads the binary encoding; unknown fields are skipped.
-	parseProto(b []byte) error
-}
+// request is a pointer to a message Corral reads, with parseProto or
+// decodeJSON.
+type request = any
 
-// response is a message Corral writes.
-type response interface {
-	// appendProto appends the binary encoding to b.
-	appendProto(b []byte) []byte
-}
+// response is a message Corral writes, with appendProto or encoding/json.
+type response = any
 
 // empty is every response without fields (the *Response of SendInput,
 // SendSignal, CloseStdin, Update, Remove, StreamInput and RemoveWatcher,
@@ -25,178 +24,56 @@ type response interface {
 // empty, is never read.
 type empty struct{}
 
-func (empty) appendProto(b []byte) []byte { return b }
-
-// processSelector is process.ProcessSelector: oneof pid = 1 (uint32),
-// tag = 2 (string).
+// processSelector is process.ProcessSelector.
 type processSelector struct {
-	PID *jsonUint32 `json:"pid"`
-	Tag *string     `json:"tag"`
+	PID *jsonUint32 `json:"pid" pb:"1,oneof"`
+	Tag *string     `json:"tag" pb:"2,oneof"`
 }
 
-func (s *processSelector) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			v := jsonUint32(f.v)
-			s.PID = &v
-		case 2:
-			v := string(f.b)
-			s.Tag = &v
-		}
-		return nil
-	})
-}
-
-// processConfig is process.ProcessConfig: cmd = 1, repeated args = 2,
-// map envs = 3, optional cwd = 4.
+// processConfig is process.ProcessConfig.
 type processConfig struct {
-	Cmd  string            `json:"cmd,omitempty"`
-	Args []string          `json:"args,omitempty"`
-	Envs map[string]string `json:"envs,omitempty"`
-	Cwd  *string           `json:"cwd,omitempty"`
+	Cmd  string            `json:"cmd,omitempty" pb:"1"`
+	Args []string          `json:"args,omitempty" pb:"2"`
+	Envs map[string]string `json:"envs,omitempty" pb:"3"`
+	Cwd  *string           `json:"cwd,omitempty" pb:"4"`
 }
 
-func (c processConfig) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.str(1, c.Cmd)
-	for _, a := range c.Args {
-		e.strAlways(2, a)
-	}
-	e.stringMap(3, c.Envs)
-	e.optStr(4, c.Cwd)
-	return e
-}
-
-func (c *processConfig) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			c.Cmd = string(f.b)
-		case 2:
-			c.Args = append(c.Args, string(f.b))
-		case 3:
-			if c.Envs == nil {
-				c.Envs = map[string]string{}
-			}
-			return parseStringMapEntry(f, c.Envs)
-		case 4:
-			v := string(f.b)
-			c.Cwd = &v
-		}
-		return nil
-	})
-}
-
-// ptyConfig is process.PTY: size = 1, a PTY.Size with cols = 1 and
-// rows = 2 (uint32).
+// ptyConfig is process.PTY.
 type ptyConfig struct {
-	Size *ptySize `json:"size"`
+	Size *ptySize `json:"size" pb:"1"`
 }
 
+// ptySize is process.PTY.Size.
 type ptySize struct {
-	Cols jsonUint32 `json:"cols"`
-	Rows jsonUint32 `json:"rows"`
+	Cols jsonUint32 `json:"cols" pb:"1"`
+	Rows jsonUint32 `json:"rows" pb:"2"`
 }
 
-func (p *ptyConfig) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		if f.num != 1 {
-			return nil
-		}
-		p.Size = &ptySize{}
-		return parseFields(f.b, func(g pbField) error {
-			switch g.num {
-			case 1:
-				p.Size.Cols = jsonUint32(g.v)
-			case 2:
-				p.Size.Rows = jsonUint32(g.v)
-			}
-			return nil
-		})
-	})
-}
-
-// startRequest is process.StartRequest: process = 1, optional pty = 2,
-// optional tag = 3, optional stdin = 4 (bool).
+// startRequest is process.StartRequest.
 type startRequest struct {
-	Process processConfig `json:"process"`
-	PTY     *ptyConfig    `json:"pty"`
-	Tag     *string       `json:"tag"`
-	Stdin   *bool         `json:"stdin"`
-}
-
-func (r *startRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			return parseMsg(f, &r.Process)
-		case 2:
-			r.PTY = &ptyConfig{}
-			return parseMsg(f, r.PTY)
-		case 3:
-			v := string(f.b)
-			r.Tag = &v
-		case 4:
-			v := f.v != 0
-			r.Stdin = &v
-		}
-		return nil
-	})
+	Process processConfig `json:"process" pb:"1"`
+	PTY     *ptyConfig    `json:"pty" pb:"2"`
+	Tag     *string       `json:"tag" pb:"3"`
+	Stdin   *bool         `json:"stdin" pb:"4"`
 }
 
 // selectorRequest is every request whose first field is the process
-// selector: ConnectRequest and CloseStdinRequest (process = 1), and the
-// process part of UpdateRequest, SendInputRequest and SendSignalRequest.
+// selector: ConnectRequest and CloseStdinRequest, and
+// StreamInputRequest.StartEvent.
 type selectorRequest struct {
-	Process processSelector `json:"process"`
+	Process processSelector `json:"process" pb:"1"`
 }
 
-func (r *selectorRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		if f.num == 1 {
-			return parseMsg(f, &r.Process)
-		}
-		return nil
-	})
-}
-
-// updateRequest is process.UpdateRequest: process = 1, optional pty = 2.
+// updateRequest is process.UpdateRequest.
 type updateRequest struct {
-	Process processSelector `json:"process"`
-	PTY     *ptyConfig      `json:"pty"`
+	Process processSelector `json:"process" pb:"1"`
+	PTY     *ptyConfig      `json:"pty" pb:"2"`
 }
 
-func (r *updateRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			return parseMsg(f, &r.Process)
-		case 2:
-			r.PTY = &ptyConfig{}
-			return parseMsg(f, r.PTY)
-		}
-		return nil
-	})
-}
-
-// processInput is process.ProcessInput: oneof stdin = 1, pty = 2 (bytes).
+// processInput is process.ProcessInput.
 type processInput struct {
-	Stdin *jsonBytes `json:"stdin"`
-	PTY   *jsonBytes `json:"pty"`
-}
-
-func (in *processInput) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		v := jsonBytes(append([]byte{}, f.b...))
-		switch f.num {
-		case 1:
-			in.Stdin = &v
-		case 2:
-			in.PTY = &v
-		}
-		return nil
-	})
+	Stdin *jsonBytes `json:"stdin" pb:"1,oneof"`
+	PTY   *jsonBytes `json:"pty" pb:"2,oneof"`
 }
 
 // data returns the input's bytes, whichever member carries them.
@@ -210,56 +87,20 @@ func (in processInput) data() []byte {
 	return nil
 }
 
-// sendInputRequest is process.SendInputRequest: process = 1, input = 2.
+// sendInputRequest is process.SendInputRequest.
 type sendInputRequest struct {
-	Process processSelector `json:"process"`
-	Input   processInput    `json:"input"`
+	Process processSelector `json:"process" pb:"1"`
+	Input   processInput    `json:"input" pb:"2"`
 }
 
-func (r *sendInputRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			return parseMsg(f, &r.Process)
-		case 2:
-			return parseMsg(f, &r.Input)
-		}
-		return nil
-	})
-}
-
-// streamInputRequest is process.StreamInputRequest: oneof start = 1
-// (StartEvent: process = 1), data = 2 (DataEvent: input = 2),
-// keepalive = 3.
+// streamInputRequest is process.StreamInputRequest; Data is its
+// DataEvent.
 type streamInputRequest struct {
-	Start *selectorRequest `json:"start"`
+	Start *selectorRequest `json:"start" pb:"1,oneof"`
 	Data  *struct {
-		Input processInput `json:"input"`
-	} `json:"data"`
-	Keepalive *empty `json:"keepalive"`
-}
-
-func (r *streamInputRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			r.Start = &selectorRequest{}
-			return parseMsg(f, r.Start)
-		case 2:
-			r.Data = &struct {
-				Input processInput `json:"input"`
-			}{}
-			return parseFields(f.b, func(g pbField) error {
-				if g.num == 2 {
-					return parseMsg(g, &r.Data.Input)
-				}
-				return nil
-			})
-		case 3:
-			r.Keepalive = &empty{}
-		}
-		return nil
-	})
+		Input processInput `json:"input" pb:"2"`
+	} `json:"data" pb:"2,oneof"`
+	Keepalive *empty `json:"keepalive" pb:"3,oneof"`
 }
 
 // signalNumber is the process.Signal enum: SIGNAL_UNSPECIFIED = 0,
@@ -272,226 +113,89 @@ func (s *signalNumber) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// sendSignalRequest is process.SendSignalRequest: process = 1, signal = 2.
+// sendSignalRequest is process.SendSignalRequest.
 type sendSignalRequest struct {
-	Process processSelector `json:"process"`
-	Signal  signalNumber    `json:"signal"`
+	Process processSelector `json:"process" pb:"1"`
+	Signal  signalNumber    `json:"signal" pb:"2"`
 }
 
-func (r *sendSignalRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			return parseMsg(f, &r.Process)
-		case 2:
-			r.Signal = signalNumber(int32(f.v))
-		}
-		return nil
-	})
-}
-
-// processInfo is process.ProcessInfo: config = 1, pid = 2, optional
-// tag = 3.
+// processInfo is process.ProcessInfo.
 type processInfo struct {
-	Config processConfig `json:"config"`
-	PID    uint32        `json:"pid,omitempty"`
-	Tag    *string       `json:"tag,omitempty"`
+	Config processConfig `json:"config" pb:"1"`
+	PID    uint32        `json:"pid,omitempty" pb:"2"`
+	Tag    *string       `json:"tag,omitempty" pb:"3"`
 }
 
-func (p processInfo) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.msg(1, p.Config)
-	e.uvarint(2, uint64(p.PID))
-	e.optStr(3, p.Tag)
-	return e
-}
-
-// listResponse is process.ListResponse: repeated processes = 1.
+// listResponse is process.ListResponse.
 type listResponse struct {
-	Processes []processInfo `json:"processes"`
+	Processes []processInfo `json:"processes" pb:"1"`
 }
 
-func (r listResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	for _, p := range r.Processes {
-		e.msg(1, p)
-	}
-	return e
-}
-
-// processEvent is process.ProcessEvent: oneof start = 1 (StartEvent:
-// pid = 1), data = 2 (DataEvent: oneof stdout = 1, stderr = 2, pty = 3),
-// end = 3 (EndEvent: exit_code = 1 sint32, exited = 2, status = 3,
-// optional error = 4), keepalive = 4.
+// processEvent is process.ProcessEvent.
 type processEvent struct {
-	Start     *startEvent `json:"start,omitempty"`
-	Data      *dataEvent  `json:"data,omitempty"`
-	End       *endEvent   `json:"end,omitempty"`
-	Keepalive *empty      `json:"keepalive,omitempty"`
+	Start     *startEvent `json:"start,omitempty" pb:"1,oneof"`
+	Data      *dataEvent  `json:"data,omitempty" pb:"2,oneof"`
+	End       *endEvent   `json:"end,omitempty" pb:"3,oneof"`
+	Keepalive *empty      `json:"keepalive,omitempty" pb:"4,oneof"`
 }
 
+// startEvent is process.ProcessEvent.StartEvent.
 type startEvent struct {
-	PID uint32 `json:"pid,omitempty"`
+	PID uint32 `json:"pid,omitempty" pb:"1"`
 }
 
-func (s startEvent) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.uvarint(1, uint64(s.PID))
-	return e
-}
-
-// dataEvent carries one chunk; exactly one field is set.
+// dataEvent is process.ProcessEvent.DataEvent; it carries one chunk, in
+// exactly one field.
 type dataEvent struct {
-	Stdout []byte `json:"stdout,omitempty"`
-	Stderr []byte `json:"stderr,omitempty"`
-	PTY    []byte `json:"pty,omitempty"`
+	Stdout []byte `json:"stdout,omitempty" pb:"1,oneof"`
+	Stderr []byte `json:"stderr,omitempty" pb:"2,oneof"`
+	PTY    []byte `json:"pty,omitempty" pb:"3,oneof"`
 }
 
-func (d dataEvent) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	switch {
-	case d.Stdout != nil:
-		e.bytesAlways(1, d.Stdout)
-	case d.Stderr != nil:
-		e.bytesAlways(2, d.Stderr)
-	case d.PTY != nil:
-		e.bytesAlways(3, d.PTY)
-	}
-	return e
-}
-
+// endEvent is process.ProcessEvent.EndEvent.
 type endEvent struct {
-	ExitCode int32   `json:"exitCode,omitempty"`
-	Exited   bool    `json:"exited,omitempty"`
-	Status   string  `json:"status,omitempty"`
-	Error    *string `json:"error,omitempty"`
-}
-
-func (d endEvent) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.sint32(1, d.ExitCode)
-	e.bool(2, d.Exited)
-	e.str(3, d.Status)
-	e.optStr(4, d.Error)
-	return e
-}
-
-func (p processEvent) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	switch {
-	case p.Start != nil:
-		e.msg(1, *p.Start)
-	case p.Data != nil:
-		e.msg(2, *p.Data)
-	case p.End != nil:
-		e.msg(3, *p.End)
-	case p.Keepalive != nil:
-		e.msg(4, empty{})
-	}
-	return e
+	ExitCode int32   `json:"exitCode,omitempty" pb:"1,zigzag"`
+	Exited   bool    `json:"exited,omitempty" pb:"2"`
+	Status   string  `json:"status,omitempty" pb:"3"`
+	Error    *string `json:"error,omitempty" pb:"4"`
 }
 
 // processEventResponse is process.StartResponse and
-// process.ConnectResponse: event = 1.
+// process.ConnectResponse.
 type processEventResponse struct {
-	Event processEvent `json:"event"`
-}
-
-func (r processEventResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.msg(1, r.Event)
-	return e
+	Event processEvent `json:"event" pb:"1"`
 }
 
 // pathRequest is filesystem.StatRequest, MakeDirRequest and
-// RemoveRequest: path = 1.
+// RemoveRequest.
 type pathRequest struct {
-	Path string `json:"path"`
+	Path string `json:"path" pb:"1"`
 }
 
-func (r *pathRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		if f.num == 1 {
-			r.Path = string(f.b)
-		}
-		return nil
-	})
-}
-
-// moveRequest is filesystem.MoveRequest: source = 1, destination = 2.
+// moveRequest is filesystem.MoveRequest.
 type moveRequest struct {
-	Source      string `json:"source"`
-	Destination string `json:"destination"`
+	Source      string `json:"source" pb:"1"`
+	Destination string `json:"destination" pb:"2"`
 }
 
-func (r *moveRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			r.Source = string(f.b)
-		case 2:
-			r.Destination = string(f.b)
-		}
-		return nil
-	})
-}
-
-// listDirRequest is filesystem.ListDirRequest: path = 1, depth = 2.
+// listDirRequest is filesystem.ListDirRequest.
 type listDirRequest struct {
-	Path  string     `json:"path"`
-	Depth jsonUint32 `json:"depth"`
+	Path  string     `json:"path" pb:"1"`
+	Depth jsonUint32 `json:"depth" pb:"2"`
 }
 
-func (r *listDirRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			r.Path = string(f.b)
-		case 2:
-			r.Depth = jsonUint32(f.v)
-		}
-		return nil
-	})
-}
-
-// watchRequest is filesystem.WatchDirRequest and CreateWatcherRequest:
-// path = 1, recursive = 2, include_entry = 3, allow_network_mounts = 4.
+// watchRequest is filesystem.WatchDirRequest and CreateWatcherRequest.
 type watchRequest struct {
-	Path               string `json:"path"`
-	Recursive          bool   `json:"recursive"`
-	IncludeEntry       bool   `json:"includeEntry"`
-	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
-}
-
-func (r *watchRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			r.Path = string(f.b)
-		case 2:
-			r.Recursive = f.v != 0
-		case 3:
-			r.IncludeEntry = f.v != 0
-		case 4:
-			r.AllowNetworkMounts = f.v != 0
-		}
-		return nil
-	})
+	Path               string `json:"path" pb:"1"`
+	Recursive          bool   `json:"recursive" pb:"2"`
+	IncludeEntry       bool   `json:"includeEntry" pb:"3"`
+	AllowNetworkMounts bool   `json:"allowNetworkMounts" pb:"4"`
 }
 
 // watcherRequest is filesystem.GetWatcherEventsRequest and
-// RemoveWatcherRequest: watcher_id = 1.
+// RemoveWatcherRequest.
 type watcherRequest struct {
-	WatcherID string `json:"watcherId"`
-}
-
-func (r *watcherRequest) parseProto(b []byte) error {
-	return parseFields(b, func(f pbField) error {
-		if f.num == 1 {
-			r.WatcherID = string(f.b)
-		}
-		return nil
-	})
+	WatcherID string `json:"watcherId" pb:"1"`
 }
 
 // fileType is the filesystem.FileType enum.
@@ -531,126 +235,73 @@ func (t eventType) MarshalJSON() ([]byte, error) {
 	return json.Marshal(names[t])
 }
 
-// entryInfo is filesystem.EntryInfo: name = 1, type = 2, path = 3,
-// size = 4 (int64), mode = 5 (uint32), permissions = 6, owner = 7,
-// group = 8, modified_time = 9 (Timestamp), optional symlink_target = 10,
-// map metadata = 11 (never set: Corral keeps no file metadata).
-type entryInfo struct {
-	Name          string     `json:"name,omitempty"`
-	Type          fileType   `json:"type,omitempty"`
-	Path          string     `json:"path,omitempty"`
-	Size          int64      `json:"size,omitempty,string"`
-	Mode          uint32     `json:"mode,omitempty"`
-	Permissions   string     `json:"permissions,omitempty"`
-	Owner         string     `json:"owner,omitempty"`
-	Group         string     `json:"group,omitempty"`
-	ModifiedTime  *timestamp `json:"modifiedTime,omitempty"`
-	SymlinkTarget *string    `json:"symlinkTarget,omitempty"`
+// timestamp is a google.protobuf.Timestamp.
+type timestamp struct {
+	Seconds int64 `pb:"1"`
+	Nanos   int32 `pb:"2"`
 }
 
-func (en entryInfo) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.str(1, en.Name)
-	e.uvarint(2, uint64(en.Type))
-	e.str(3, en.Path)
-	e.int64(4, en.Size)
-	e.uvarint(5, uint64(en.Mode))
-	e.str(6, en.Permissions)
-	e.str(7, en.Owner)
-	e.str(8, en.Group)
-	if en.ModifiedTime != nil {
-		e.msg(9, *en.ModifiedTime)
+func timestampOf(t time.Time) *timestamp {
+	return &timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
+}
+
+// MarshalJSON writes RFC 3339 in UTC with 0 or 9 fractional digits: the
+// JSON mapping allows 0, 3, 6 or 9, and some parsers accept no other count.
+func (ts timestamp) MarshalJSON() ([]byte, error) {
+	layout := "2006-01-02T15:04:05Z"
+	if ts.Nanos != 0 {
+		layout = "2006-01-02T15:04:05.000000000Z"
 	}
-	e.optStr(10, en.SymlinkTarget)
-	return e
+	return json.Marshal(time.Unix(ts.Seconds, int64(ts.Nanos)).UTC().Format(layout))
+}
+
+// entryInfo is filesystem.EntryInfo. Its map metadata = 11 is never set:
+// Corral keeps no file metadata.
+type entryInfo struct {
+	Name          string     `json:"name,omitempty" pb:"1"`
+	Type          fileType   `json:"type,omitempty" pb:"2"`
+	Path          string     `json:"path,omitempty" pb:"3"`
+	Size          int64      `json:"size,omitempty,string" pb:"4"`
+	Mode          uint32     `json:"mode,omitempty" pb:"5"`
+	Permissions   string     `json:"permissions,omitempty" pb:"6"`
+	Owner         string     `json:"owner,omitempty" pb:"7"`
+	Group         string     `json:"group,omitempty" pb:"8"`
+	ModifiedTime  *timestamp `json:"modifiedTime,omitempty" pb:"9"`
+	SymlinkTarget *string    `json:"symlinkTarget,omitempty" pb:"10"`
 }
 
 // entryResponse is filesystem.StatResponse, MakeDirResponse and
-// MoveResponse: entry = 1.
+// MoveResponse.
 type entryResponse struct {
-	Entry entryInfo `json:"entry"`
+	Entry entryInfo `json:"entry" pb:"1"`
 }
 
-func (r entryResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.msg(1, r.Entry)
-	return e
-}
-
-// listDirResponse is filesystem.ListDirResponse: repeated entries = 1.
+// listDirResponse is filesystem.ListDirResponse.
 type listDirResponse struct {
-	Entries []entryInfo `json:"entries"`
+	Entries []entryInfo `json:"entries" pb:"1"`
 }
 
-func (r listDirResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	for _, en := range r.Entries {
-		e.msg(1, en)
-	}
-	return e
-}
-
-// fsEvent is filesystem.FilesystemEvent: name = 1 (relative to the
-// watched directory), type = 2, optional entry = 3.
+// fsEvent is filesystem.FilesystemEvent; Name is relative to the watched
+// directory.
 type fsEvent struct {
-	Name  string     `json:"name,omitempty"`
-	Type  eventType  `json:"type,omitempty"`
-	Entry *entryInfo `json:"entry,omitempty"`
+	Name  string     `json:"name,omitempty" pb:"1"`
+	Type  eventType  `json:"type,omitempty" pb:"2"`
+	Entry *entryInfo `json:"entry,omitempty" pb:"3"`
 }
 
-func (ev fsEvent) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.str(1, ev.Name)
-	e.uvarint(2, uint64(ev.Type))
-	if ev.Entry != nil {
-		e.msg(3, *ev.Entry)
-	}
-	return e
-}
-
-// watchDirResponse is filesystem.WatchDirResponse: oneof start = 1,
-// filesystem = 2, keepalive = 3.
+// watchDirResponse is filesystem.WatchDirResponse.
 type watchDirResponse struct {
-	Start      *empty   `json:"start,omitempty"`
-	Filesystem *fsEvent `json:"filesystem,omitempty"`
-	Keepalive  *empty   `json:"keepalive,omitempty"`
+	Start      *empty   `json:"start,omitempty" pb:"1,oneof"`
+	Filesystem *fsEvent `json:"filesystem,omitempty" pb:"2,oneof"`
+	Keepalive  *empty   `json:"keepalive,omitempty" pb:"3,oneof"`
 }
 
-func (r watchDirResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	switch {
-	case r.Start != nil:
-		e.msg(1, empty{})
-	case r.Filesystem != nil:
-		e.msg(2, *r.Filesystem)
-	case r.Keepalive != nil:
-		e.msg(3, empty{})
-	}
-	return e
-}
-
-// createWatcherResponse is filesystem.CreateWatcherResponse:
-// watcher_id = 1.
+// createWatcherResponse is filesystem.CreateWatcherResponse.
 type createWatcherResponse struct {
-	WatcherID string `json:"watcherId"`
+	WatcherID string `json:"watcherId" pb:"1"`
 }
 
-func (r createWatcherResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.str(1, r.WatcherID)
-	return e
-}
-
-// watcherEventsResponse is filesystem.GetWatcherEventsResponse: repeated
-// events = 1.
+// watcherEventsResponse is filesystem.GetWatcherEventsResponse.
 type watcherEventsResponse struct {
-	Events []fsEvent `json:"events"`
-}
-
-func (r watcherEventsResponse) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	for _, ev := range r.Events {
-		e.msg(1, ev)
-	}
-	return e
+	Events []fsEvent `json:"events" pb:"1"`
 }

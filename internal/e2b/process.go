@@ -206,14 +206,7 @@ func (s *Server) processStart(ctx context.Context, c *call, out *stream) error {
 // buffered output from the start, then what follows, then its end.
 func (s *Server) processConnect(ctx context.Context, c *call, out *stream) error {
 	var req selectorRequest
-	if err := c.decode(&req); err != nil {
-		return err
-	}
-	cl, err := s.agent(c.sandbox)
-	if err != nil {
-		return err
-	}
-	info, err := pidOf(ctx, cl, req.Process)
+	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
 	if err != nil {
 		return err
 	}
@@ -284,14 +277,7 @@ func endOf(ev wire.ExecEvent) endEvent {
 
 func (s *Server) processUpdate(ctx context.Context, c *call) (response, error) {
 	var req updateRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
-	if err != nil {
-		return nil, err
-	}
-	info, err := pidOf(ctx, cl, req.Process)
+	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -306,14 +292,7 @@ func (s *Server) processUpdate(ctx context.Context, c *call) (response, error) {
 
 func (s *Server) processSendInput(ctx context.Context, c *call) (response, error) {
 	var req sendInputRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
-	if err != nil {
-		return nil, err
-	}
-	info, err := pidOf(ctx, cl, req.Process)
+	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -404,14 +383,7 @@ func (s *Server) processSendSignal(ctx context.Context, c *call) (response, erro
 
 func (s *Server) processCloseStdin(ctx context.Context, c *call) (response, error) {
 	var req selectorRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := s.agent(c.sandbox)
-	if err != nil {
-		return nil, err
-	}
-	info, err := pidOf(ctx, cl, req.Process)
+	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
 	if err != nil {
 		return nil, err
 	}

@@ -5,9 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -15,153 +16,329 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 )
 
-// The envd messages are encoded by hand: there are few of them, they are
-// small, and generated code would bring a code generator into the build.
-// Binary encoding follows the protobuf wire format; JSON follows the
-// canonical proto3 JSON mapping (lowerCamelCase names, int64 as strings,
-// bytes as base64, enums by name, defaults omitted). Field numbers and
-// types are those of E2B's process.proto and filesystem.proto.
+// The envd messages are Go structs whose fields carry their protobuf field
+// numbers in a `pb` tag, read by appendProto and parseProto: generated
+// code would bring a code generator into the build for a few small
+// messages. The binary encoding follows the protobuf wire format; JSON
+// follows the canonical proto3 JSON mapping (lowerCamelCase names, int64
+// as strings, bytes as base64, enums by name, defaults omitted) through
+// the fields' `json` tags. Field numbers and types are those of E2B's
+// process.proto and filesystem.proto.
+//
+// A `pb` tag is the field number, then options after commas:
+//
+//	zigzag  the field is a sint32 or sint64 (an int32 or int64 in Go)
+//	oneof   the field is a oneof member: written whenever it is set, even
+//	        when empty (a pointer that is not nil, a []byte that is not nil)
+//
+// The protobuf type follows from the Go type:
+//
+//	bool, int32, int64, uint32, uint64, string  that scalar (int32 also for enums)
+//	[]byte                                      bytes
+//	struct                                      an embedded message, always written
+//	pointer to one of these                     proto3 optional: present when not nil
+//	[]string, []struct                          repeated, every element written
+//	map[string]string                           map<string, string>
+//
+// A scalar, string or bytes field at its zero value is left out, as
+// proto3 says, unless a pointer or oneof says that it is set. The codec
+// does not police oneofs: the encoder writes every member that is set
+// (callers set one), and the decoder keeps every member it reads.
+//
+// Every exported field of a message has a `pb` tag. A tag or a type the
+// codec cannot carry is a programming error and panics; a test encodes
+// and decodes every message type. Tags are read on every call (a few
+// fields per message) rather than cached, which would be package-level
+// state; BenchmarkAppendProto measures the cost.
 
-// pbEnc appends fields in the protobuf wire format. Zero values are
-// skipped, as proto3 does, except where a method says otherwise.
-type pbEnc []byte
-
-func (e *pbEnc) tag(num protowire.Number, typ protowire.Type) {
-	*e = protowire.AppendTag(*e, num, typ)
-}
-
-func (e *pbEnc) str(num protowire.Number, s string) {
-	if s != "" {
-		e.tag(num, protowire.BytesType)
-		*e = protowire.AppendString(*e, s)
-	}
-}
-
-// strAlways writes a string even when empty (a repeated element).
-func (e *pbEnc) strAlways(num protowire.Number, s string) {
-	e.tag(num, protowire.BytesType)
-	*e = protowire.AppendString(*e, s)
-}
-
-// optStr writes a proto3 optional string: present when non-nil, even empty.
-func (e *pbEnc) optStr(num protowire.Number, s *string) {
-	if s != nil {
-		e.tag(num, protowire.BytesType)
-		*e = protowire.AppendString(*e, *s)
-	}
-}
-
-// bytesAlways writes a bytes field even when empty: a oneof member is
-// present whenever it is set.
-func (e *pbEnc) bytesAlways(num protowire.Number, b []byte) {
-	e.tag(num, protowire.BytesType)
-	*e = protowire.AppendBytes(*e, b)
-}
-
-func (e *pbEnc) uvarint(num protowire.Number, v uint64) {
-	if v != 0 {
-		e.tag(num, protowire.VarintType)
-		*e = protowire.AppendVarint(*e, v)
-	}
-}
-
-func (e *pbEnc) sint32(num protowire.Number, v int32) {
-	if v != 0 {
-		e.tag(num, protowire.VarintType)
-		*e = protowire.AppendVarint(*e, protowire.EncodeZigZag(int64(v)))
-	}
-}
-
-func (e *pbEnc) int64(num protowire.Number, v int64) {
-	if v != 0 {
-		e.tag(num, protowire.VarintType)
-		*e = protowire.AppendVarint(*e, uint64(v))
-	}
-}
-
-func (e *pbEnc) bool(num protowire.Number, v bool) {
-	if v {
-		e.tag(num, protowire.VarintType)
-		*e = protowire.AppendVarint(*e, 1)
-	}
-}
-
-// msg writes an embedded message; it is always present (an empty oneof
-// member such as a keepalive must still be sent).
-func (e *pbEnc) msg(num protowire.Number, m response) {
-	e.tag(num, protowire.BytesType)
-	*e = protowire.AppendBytes(*e, m.appendProto(nil))
-}
-
-// stringMap writes a map<string, string> as its repeated entry messages.
-func (e *pbEnc) stringMap(num protowire.Number, m map[string]string) {
-	for k, v := range m {
-		var entry pbEnc
-		entry.str(1, k)
-		entry.str(2, v)
-		e.tag(num, protowire.BytesType)
-		*e = protowire.AppendBytes(*e, entry)
-	}
-}
-
-// pbField is one decoded field: v for varints, b for length-delimited ones.
+// pbField is one field of a message struct, as its tag describes it.
 type pbField struct {
-	num protowire.Number
-	typ protowire.Type
-	v   uint64
-	b   []byte
+	num    protowire.Number
+	index  int // in the struct
+	zigzag bool
+	oneof  bool
 }
 
-// parseFields calls fn for each field of a binary message in order.
-func parseFields(b []byte, fn func(f pbField) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf message: %v", protowire.ParseError(n))
+// pbFields reads the `pb` tags of the message struct type t.
+func pbFields(t reflect.Type) []pbField {
+	fields := make([]pbField, 0, t.NumField())
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
 		}
-		b = b[n:]
-		f := pbField{num: num, typ: typ}
-		switch typ {
-		case protowire.VarintType:
-			f.v, n = protowire.ConsumeVarint(b)
-		case protowire.BytesType:
-			f.b, n = protowire.ConsumeBytes(b)
+		f, err := parseTag(sf)
+		if err == nil && slices.ContainsFunc(fields, func(g pbField) bool { return g.num == f.num }) {
+			err = fmt.Errorf("field number %d is used twice", f.num)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("protobuf message %s, field %s: %v", t, sf.Name, err))
+		}
+		fields = append(fields, f)
+	}
+	return fields
+}
+
+func parseTag(sf reflect.StructField) (pbField, error) {
+	tag, ok := sf.Tag.Lookup("pb")
+	if !ok {
+		return pbField{}, fmt.Errorf("no pb tag")
+	}
+	numText, opts, _ := strings.Cut(tag, ",")
+	num, err := strconv.ParseInt(numText, 10, 32)
+	f := pbField{num: protowire.Number(num), index: sf.Index[0]}
+	if err != nil || !f.num.IsValid() || f.num >= protowire.FirstReservedNumber && f.num <= protowire.LastReservedNumber {
+		return f, fmt.Errorf("invalid field number %q", numText)
+	}
+	for o := range strings.SplitSeq(opts, ",") {
+		switch o {
+		case "":
+		case "zigzag":
+			f.zigzag = true
+		case "oneof":
+			f.oneof = true
 		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
+			return f, fmt.Errorf("unknown pb option %q", o)
 		}
-		if n < 0 {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf field %d: %v", num, protowire.ParseError(n))
+	}
+	return f, checkType(sf.Type, f)
+}
+
+// checkType reports an error unless the codec carries a field of type t.
+func checkType(t reflect.Type, f pbField) error {
+	elem := t
+	switch {
+	case t.Kind() == reflect.Pointer:
+		elem = t.Elem()
+	case isBytes(t):
+	case t.Kind() == reflect.Slice:
+		if k := t.Elem().Kind(); k != reflect.String && k != reflect.Struct {
+			return fmt.Errorf("repeated %s is not supported (only strings and messages)", t.Elem())
 		}
-		b = b[n:]
-		if err := fn(f); err != nil {
-			return err
+		elem = t.Elem()
+	case t.Kind() == reflect.Map:
+		if t.Key().Kind() != reflect.String || t.Elem().Kind() != reflect.String {
+			return fmt.Errorf("%s is not supported (only map<string, string>)", t)
 		}
+		elem = t.Elem()
+	}
+	if _, ok := wireType(elem); !ok {
+		return fmt.Errorf("type %s is not supported", t)
+	}
+	if f.oneof && t.Kind() != reflect.Pointer && !isBytes(t) {
+		return fmt.Errorf("oneof member of type %s: want a pointer or []byte", t)
+	}
+	if k := elem.Kind(); f.zigzag && k != reflect.Int32 && k != reflect.Int64 {
+		return fmt.Errorf("zigzag on type %s: want int32 or int64", t)
 	}
 	return nil
 }
 
-// parseMsg decodes an embedded message field into m.
-func parseMsg(f pbField, m request) error {
-	if f.typ != protowire.BytesType {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf field %d: want a message", f.num)
-	}
-	return m.parseProto(f.b)
+func isBytes(t reflect.Type) bool {
+	return t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
 }
 
-// parseStringMapEntry decodes one entry of a map<string, string>.
-func parseStringMapEntry(f pbField, m map[string]string) error {
-	var k, v string
-	err := parseFields(f.b, func(e pbField) error {
-		switch e.num {
-		case 1:
-			k = string(e.b)
-		case 2:
-			v = string(e.b)
+// wireType is the wire type of one value of type t.
+func wireType(t reflect.Type) (protowire.Type, bool) {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int32, reflect.Int64, reflect.Uint32, reflect.Uint64:
+		return protowire.VarintType, true
+	case reflect.String, reflect.Struct:
+		return protowire.BytesType, true
+	}
+	return protowire.BytesType, isBytes(t)
+}
+
+// wireTypeNames names the wire types in errors.
+var wireTypeNames = [...]string{"varint", "fixed64", "length-delimited", "start group", "end group", "fixed32"}
+
+func wireTypeName(t protowire.Type) string {
+	if int(t) < len(wireTypeNames) {
+		return wireTypeNames[t]
+	}
+	return strconv.Itoa(int(t))
+}
+
+// mapEntry is the message that carries one entry of a map<string, string>.
+type mapEntry struct {
+	Key   string `pb:"1"`
+	Value string `pb:"2"`
+}
+
+// appendProto appends the binary encoding of m, a message struct or a
+// pointer to one. Map entries are written in key order.
+func appendProto(b []byte, m any) []byte {
+	return appendMessage(b, reflect.Indirect(reflect.ValueOf(m)))
+}
+
+func appendMessage(b []byte, v reflect.Value) []byte {
+	for _, f := range pbFields(v.Type()) {
+		b = appendField(b, f, v.Field(f.index))
+	}
+	return b
+}
+
+func appendField(b []byte, f pbField, v reflect.Value) []byte {
+	switch {
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			return b
 		}
-		return nil
-	})
-	m[k] = v
-	return err
+		return appendValue(b, f, v.Elem(), true)
+	case isBytes(v.Type()):
+		return appendValue(b, f, v, f.oneof && !v.IsNil())
+	case v.Kind() == reflect.Slice:
+		for i := range v.Len() {
+			b = appendValue(b, f, v.Index(i), true)
+		}
+		return b
+	case v.Kind() == reflect.Map:
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(x, y reflect.Value) int { return strings.Compare(x.String(), y.String()) })
+		for _, k := range keys {
+			entry := mapEntry{Key: k.String(), Value: v.MapIndex(k).String()}
+			b = appendValue(b, f, reflect.ValueOf(entry), true)
+		}
+		return b
+	}
+	return appendValue(b, f, v, v.Kind() == reflect.Struct)
+}
+
+// appendValue appends one value of field f. A zero value is left out
+// unless present says that the field is set.
+func appendValue(b []byte, f pbField, v reflect.Value, present bool) []byte {
+	if !present && (v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
+		return b
+	}
+	typ, _ := wireType(v.Type())
+	b = protowire.AppendTag(b, f.num, typ)
+	switch v.Kind() {
+	case reflect.String:
+		return protowire.AppendString(b, v.String())
+	case reflect.Slice:
+		return protowire.AppendBytes(b, v.Bytes())
+	case reflect.Struct:
+		return protowire.AppendBytes(b, appendMessage(nil, v))
+	case reflect.Bool:
+		return protowire.AppendVarint(b, protowire.EncodeBool(v.Bool()))
+	case reflect.Int32, reflect.Int64:
+		if f.zigzag {
+			return protowire.AppendVarint(b, protowire.EncodeZigZag(v.Int()))
+		}
+		// A negative int32 is sign-extended to ten bytes, as protobuf says.
+		return protowire.AppendVarint(b, uint64(v.Int()))
+	}
+	return protowire.AppendVarint(b, v.Uint())
+}
+
+// parseProto reads the binary encoding of a message into m, a pointer to
+// a message struct. As protobuf says, unknown fields are skipped, a
+// scalar seen twice keeps its last value, a repeated field or a map
+// appends, an embedded message seen twice is merged, and a 32-bit field
+// keeps the low 32 bits of its varint. Malformed input (a truncated value,
+// an overlong varint, a known field with another wire type) is an
+// invalid_argument error that names the field.
+func parseProto(b []byte, m any) error {
+	if err := parseMessage(b, reflect.ValueOf(m).Elem()); err != nil {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf message: %v", err)
+	}
+	return nil
+}
+
+func parseMessage(b []byte, v reflect.Value) error {
+	fields := pbFields(v.Type())
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("field tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
+		if i := slices.IndexFunc(fields, func(f pbField) bool { return f.num == num }); i >= 0 {
+			n, err = parseField(b, fields[i], typ, v.Field(fields[i].index))
+		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			err = protowire.ParseError(n)
+		}
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// parseField reads one occurrence of field f, of wire type typ, from b
+// into v, and returns the length it read.
+func parseField(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
+	switch {
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		return parseValue(b, f, typ, v.Elem())
+	case isBytes(v.Type()):
+	case v.Kind() == reflect.Slice:
+		elem := reflect.New(v.Type().Elem()).Elem()
+		n, err := parseValue(b, f, typ, elem)
+		if err == nil {
+			v.Set(reflect.Append(v, elem))
+		}
+		return n, err
+	case v.Kind() == reflect.Map:
+		var e mapEntry
+		n, err := parseValue(b, f, typ, reflect.ValueOf(&e).Elem())
+		if err == nil {
+			if v.IsNil() {
+				v.Set(reflect.MakeMap(v.Type()))
+			}
+			v.SetMapIndex(reflect.ValueOf(e.Key).Convert(v.Type().Key()), reflect.ValueOf(e.Value).Convert(v.Type().Elem()))
+		}
+		return n, err
+	}
+	return parseValue(b, f, typ, v)
+}
+
+// parseValue reads one value of field f into v.
+func parseValue(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
+	if want, _ := wireType(v.Type()); typ != want {
+		return 0, fmt.Errorf("wire type %s, want %s", wireTypeName(typ), wireTypeName(want))
+	}
+	if typ == protowire.VarintType {
+		x, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		switch v.Kind() {
+		case reflect.Bool:
+			v.SetBool(x != 0)
+		case reflect.Int32:
+			if f.zigzag {
+				x = uint64(protowire.DecodeZigZag(x & 0xffffffff))
+			}
+			v.SetInt(int64(int32(x)))
+		case reflect.Int64:
+			if f.zigzag {
+				x = uint64(protowire.DecodeZigZag(x))
+			}
+			v.SetInt(int64(x))
+		default:
+			v.SetUint(x) // SetUint keeps the low 32 bits of a uint32
+		}
+		return n, nil
+	}
+	data, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return 0, protowire.ParseError(n)
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(string(data))
+	case reflect.Slice:
+		v.SetBytes(append([]byte{}, data...)) // data is the caller's buffer
+	default:
+		return n, parseMessage(data, v)
+	}
+	return n, nil
 }
 
 // decodeJSON reads a proto3 JSON message into v. The canonical mapping
@@ -282,39 +459,4 @@ func enumValue(b []byte, names map[string]int32) (int32, error) {
 		return 0, fmt.Errorf("invalid enum value %s", b)
 	}
 	return n, nil
-}
-
-// timestamp is a google.protobuf.Timestamp.
-type timestamp struct{ t time.Time }
-
-func (ts timestamp) appendProto(b []byte) []byte {
-	e := pbEnc(b)
-	e.int64(1, ts.t.Unix())
-	e.uvarint(2, uint64(ts.t.Nanosecond()))
-	return e
-}
-
-func (ts *timestamp) parseProto(b []byte) error {
-	var sec, nsec int64
-	err := parseFields(b, func(f pbField) error {
-		switch f.num {
-		case 1:
-			sec = int64(f.v)
-		case 2:
-			nsec = int64(f.v)
-		}
-		return nil
-	})
-	ts.t = time.Unix(sec, nsec).UTC()
-	return err
-}
-
-// MarshalJSON writes RFC 3339 in UTC with 0 or 9 fractional digits: the
-// JSON mapping allows 0, 3, 6 or 9, and some parsers accept no other count.
-func (ts timestamp) MarshalJSON() ([]byte, error) {
-	layout := "2006-01-02T15:04:05Z"
-	if ts.t.Nanosecond() != 0 {
-		layout = "2006-01-02T15:04:05.000000000Z"
-	}
-	return json.Marshal(ts.t.UTC().Format(layout))
 }

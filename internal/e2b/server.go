@@ -210,6 +210,26 @@ func (s *Server) agent(id string) (*agent.Client, error) {
 	return c, nil
 }
 
+// decodeFor decodes the request of c into req and returns the agent of
+// the call's sandbox.
+func (s *Server) decodeFor(c *call, req request) (*agent.Client, error) {
+	if err := c.decode(req); err != nil {
+		return nil, err
+	}
+	return s.agent(c.sandbox)
+}
+
+// processFor is decodeFor for a request that names a process with sel, a
+// field of req: it also finds that process.
+func (s *Server) processFor(ctx context.Context, c *call, req request, sel *processSelector) (*agent.Client, wire.ProcessInfo, error) {
+	cl, err := s.decodeFor(c, req)
+	if err != nil {
+		return nil, wire.ProcessInfo{}, err
+	}
+	info, err := pidOf(ctx, cl, *sel)
+	return cl, info, err
+}
+
 // unavailable returns an error of kind ErrUnavailable.
 func unavailable(format string, args ...any) error {
 	return errdefs.Errorf(errdefs.ErrUnavailable, format, args...)

@@ -51,10 +51,7 @@ func newWatcherSet(s *Server) *watcherSet {
 // create starts a watcher and returns its ID once the watch is in place.
 func (ws *watcherSet) create(ctx context.Context, c *call) (response, error) {
 	var req watchRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
-	cl, err := ws.s.agent(c.sandbox)
+	cl, err := ws.s.decodeFor(c, &req)
 	if err != nil {
 		return nil, err
 	}

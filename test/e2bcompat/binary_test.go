@@ -161,46 +161,83 @@ func testBinary(t *testing.T, h *harness) {
 		t.Errorf("Stat of a missing file: HTTP %d, want 404", resp.StatusCode)
 	}
 
-	// A server stream: Start, with the exit code as a sint32.
-	body, err := proto.Marshal(msg("process.StartRequest", `{"process":{"cmd":"/bin/sh","args":["-c","echo bin; echo err >&2; exit 4"]}}`))
-	if err != nil {
-		t.Fatal(err)
+	// Move and Remove; a malformed message is refused.
+	if _, m := unary("filesystem.Filesystem/Move", "filesystem.MoveRequest", "filesystem.MoveResponse",
+		`{"source":"/bin-test/dir","destination":"/bin-test/moved"}`); m == nil || !strings.Contains(asJSON(m), `"path":"/bin-test/moved"`) {
+		t.Fatalf("Move: %v", m)
 	}
-	env := make([]byte, 5)
-	binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
-	resp = post("process.Process/Start", "application/connect+proto", append(env, body...))
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/connect+proto" {
-		t.Fatalf("Start: HTTP %d %q", resp.StatusCode, ct)
+	if resp, _ := unary("filesystem.Filesystem/Remove", "filesystem.RemoveRequest", "filesystem.RemoveResponse", `{"path":"/bin-test/moved"}`); resp.StatusCode != 200 {
+		t.Fatalf("Remove: HTTP %d", resp.StatusCode)
 	}
-	var events []string
-	var end map[string]any
-	for {
-		var hdr [5]byte
-		if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
-			t.Fatalf("Start: stream ended without end-of-stream message: %v (events %v)", err, events)
-		}
-		data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
-		if _, err := io.ReadFull(resp.Body, data); err != nil {
+	if resp, _ := unary("filesystem.Filesystem/Stat", "filesystem.StatRequest", "filesystem.StatResponse", `{"path":"/bin-test/moved"}`); resp.StatusCode != 404 {
+		t.Errorf("Stat after Remove: HTTP %d, want 404", resp.StatusCode)
+	}
+	resp = post("filesystem.Filesystem/Stat", "application/proto", []byte{0x0a, 0x07, '/'}) // path: 7 bytes announced, 1 sent
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 400 || !strings.Contains(string(b), `"code":"invalid_argument"`) {
+		t.Errorf("truncated message: HTTP %d %s", resp.StatusCode, b)
+	}
+
+	// start runs a server stream of Start and returns its messages as
+	// JSON, its stdout, and its end-of-stream message.
+	start := func(reqJSON string) (events []string, stdout string, end map[string]any) {
+		t.Helper()
+		body, err := proto.Marshal(msg("process.StartRequest", reqJSON))
+		if err != nil {
 			t.Fatal(err)
 		}
-		if hdr[0]&2 != 0 {
-			if err := json.Unmarshal(data, &end); err != nil {
-				t.Fatalf("end-of-stream message %q: %v", data, err)
+		env := make([]byte, 5)
+		binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+		resp := post("process.Process/Start", "application/connect+proto", append(env, body...))
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/connect+proto" {
+			t.Fatalf("Start: HTTP %d %q", resp.StatusCode, ct)
+		}
+		for {
+			var hdr [5]byte
+			if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+				t.Fatalf("Start: stream ended without end-of-stream message: %v (events %v)", err, events)
 			}
-			break
+			data := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+			if _, err := io.ReadFull(resp.Body, data); err != nil {
+				t.Fatal(err)
+			}
+			if hdr[0]&2 != 0 {
+				if err := json.Unmarshal(data, &end); err != nil {
+					t.Fatalf("end-of-stream message %q: %v", data, err)
+				}
+				return events, stdout, end
+			}
+			m := msg("process.StartResponse", "")
+			if err := proto.Unmarshal(data, m); err != nil {
+				t.Fatalf("Start: decoding a message: %v", err)
+			}
+			events = append(events, asJSON(m))
+			var ev struct {
+				Event struct {
+					Data struct {
+						Stdout []byte `json:"stdout"`
+					} `json:"data"`
+				} `json:"event"`
+			}
+			if err := json.Unmarshal([]byte(events[len(events)-1]), &ev); err != nil {
+				t.Fatal(err)
+			}
+			stdout += string(ev.Event.Data.Stdout)
 		}
-		m := msg("process.StartResponse", "")
-		if err := proto.Unmarshal(data, m); err != nil {
-			t.Fatalf("Start: decoding a message: %v", err)
-		}
-		events = append(events, asJSON(m))
 	}
+
+	// The exit code is a sint32.
+	events, _, end := start(`{"process":{"cmd":"/bin/sh","args":["-c","echo bin; echo err >&2; exit 4"]}}`)
 	got := strings.Join(events, "\n")
 	if len(end) != 0 || len(events) < 4 || !strings.Contains(events[0], `"start":{"pid":`) ||
 		!strings.Contains(got, `"stdout":"`+base64.StdEncoding.EncodeToString([]byte("bin\n"))+`"`) ||
 		!strings.Contains(got, `"stderr":"`+base64.StdEncoding.EncodeToString([]byte("err\n"))+`"`) ||
 		!strings.Contains(events[len(events)-1], `"end":{"exitCode":4,"exited":true,"status":"exit status 4","error":"exit status 4"}`) {
 		t.Fatalf("Start events:\n%s\nend %v", got, end)
+	}
+	// Environment (a map), working directory (optional) and tag.
+	events, stdout, end := start(`{"process":{"cmd":"/bin/sh","args":["-c","echo $A-$B; pwd"],"envs":{"A":"one","B":"two"},"cwd":"/bin-test"},"tag":"bin"}`)
+	if len(end) != 0 || stdout != "one-two\n/bin-test\n" {
+		t.Fatalf("Start with envs and cwd: stdout %q, end %v, events:\n%s", stdout, end, strings.Join(events, "\n"))
 	}
 }
 
