@@ -6,6 +6,8 @@ package daemon
 
 import (
 	"context"
+	"debug/buildinfo"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -128,13 +131,6 @@ func (c *Config) setDefaults() error {
 	if c.Runtime == "" {
 		c.Runtime = "runc"
 	}
-	if c.AgentPath == "" {
-		agent, err := DefaultAgent()
-		if err != nil {
-			return err
-		}
-		c.AgentPath = agent
-	}
 	if c.Defaults == (sandbox.Limits{}) {
 		c.Defaults = DefaultLimits()
 	}
@@ -149,6 +145,13 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.AgentPath == "" {
+		agent, err := DefaultAgent(c.Logger)
+		if err != nil {
+			return err
+		}
+		c.AgentPath = agent
 	}
 	if err := c.setNetworkDefaults(); err != nil {
 		return err
@@ -471,17 +474,79 @@ const AgentBinary = "corral-agent"
 
 // DefaultAgent returns the agent binary the daemon runs when its
 // configuration names none: corral-agent next to this executable when it
-// is there, because it starts about 5 ms sooner than the full binary
-// (cmd/corral-agent), and this executable itself (`corral agent`)
-// otherwise.
-func DefaultAgent() (string, error) {
+// is there and usable (usableAgent), because it starts about 5 ms sooner
+// than the full binary (cmd/corral-agent), and this executable itself
+// (`corral agent`) otherwise. A corral-agent passed over is logged.
+func DefaultAgent(log *slog.Logger) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("finding own executable for the agent: %w", err)
 	}
 	lean := filepath.Join(filepath.Dir(exe), AgentBinary)
-	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-		return lean, nil
+	if _, err := os.Stat(lean); err != nil {
+		return exe, nil
 	}
-	return exe, nil
+	if err := usableAgent(lean); err != nil {
+		log.Warn("not using "+AgentBinary+": running this executable as the agent instead", "path", lean, "reason", err)
+		return exe, nil
+	}
+	return lean, nil
+}
+
+// usableAgent says why the agent-only binary at path cannot stand in for
+// this executable's `corral agent`, nil when it can. It must be the
+// corral-agent command, a static executable (it runs in sandbox roots that
+// may have no dynamic loader) and, when both binaries record the commit
+// they were built from, built from the same one: an agent left over from
+// an older installation would speak an older protocol.
+func usableAgent(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errors.New("it is linked dynamically (build it with CGO_ENABLED=0)")
+		}
+	}
+	theirs, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading its build information: %w", err)
+	}
+	if theirs.Path != agentPackage {
+		return fmt.Errorf("it is %s, not %s", theirs.Path, agentPackage)
+	}
+	ours, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	if a, b := commitOf(ours), commitOf(theirs); a != "" && b != "" && a != b {
+		return fmt.Errorf("it was built from commit %s, this executable from %s", b, a)
+	}
+	return nil
+}
+
+// agentPackage is the main package of the agent-only binary.
+const agentPackage = "github.com/corralrun/corral/cmd/corral-agent"
+
+// commitOf returns the commit bi was built from, with "+modified" for a
+// tree with uncommitted changes, or "" when the build did not record it
+// (-buildvcs=false, or built outside a checkout).
+func commitOf(bi *debug.BuildInfo) string {
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + modified
 }

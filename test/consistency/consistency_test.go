@@ -6,6 +6,7 @@ package consistency
 import (
 	"debug/elf"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -35,19 +36,20 @@ func TestSDKImportsNothingInternal(t *testing.T) {
 }
 
 func TestBinaryIsStatic(t *testing.T) {
-	bin := testutil.CorralBinary(t)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Fatal("corral has a dynamic loader (PT_INTERP): it must build with CGO_ENABLED=0")
+	for _, bin := range []string{testutil.CorralBinary(t), testutil.AgentBinary(t)} {
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
-		t.Fatalf("corral links shared libraries %v", libs)
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s has a dynamic loader (PT_INTERP): it must build with CGO_ENABLED=0", filepath.Base(bin))
+			}
+		}
+		if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+			t.Errorf("%s links shared libraries %v", filepath.Base(bin), libs)
+		}
+		f.Close()
 	}
 }
 
