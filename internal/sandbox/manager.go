@@ -360,10 +360,9 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 			}
 		})
 	}
-	if err == nil {
-		err = net.err // names the sandbox already
-	}
-	if err != nil {
+	// Both may fail: the storage error first, the network's (which
+	// names the sandbox already) joined to it.
+	if err = errors.Join(err, net.err); err != nil {
 		return fail(err)
 	}
 	netSpec := net.spec

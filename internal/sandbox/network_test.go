@@ -268,6 +268,9 @@ func TestNetworkCreateRejects(t *testing.T) {
 	}
 }
 
+// errNetBoom is the network's failure where storage fails too.
+var errNetBoom = errors.New("network boom")
+
 func TestNetworkRollsBack(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
@@ -281,7 +284,7 @@ func TestNetworkRollsBack(t *testing.T) {
 			h.storage.SetFailCreateRoot(func(string) error { return boom })
 		}},
 		{"both fail", func(h *harness, fn *fakeNetwork) {
-			fn.failSetup = boom
+			fn.failSetup = errNetBoom
 			h.storage.SetFailCreateRoot(func(string) error { return boom })
 		}},
 		{"driver fails", func(h *harness, fn *fakeNetwork) { h.setFailDriver(func(string) error { return boom }) }},
@@ -301,6 +304,9 @@ func TestNetworkRollsBack(t *testing.T) {
 			_, err := h.m.Create(t.Context(), Spec{Template: "tiny", Network: egress.Policy{Mode: egress.ModeAllowlist}})
 			if !errors.Is(err, boom) {
 				t.Fatalf("create error %v, want boom", err)
+			}
+			if tt.name == "both fail" && !errors.Is(err, errNetBoom) {
+				t.Errorf("create error %v: the network's error is lost", err)
 			}
 			// Rollback is synchronous: nothing is left even before Close.
 			if ids := fn.ids(); len(ids) != 0 {
