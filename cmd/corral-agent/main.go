@@ -1,10 +1,10 @@
 // Command corral-agent is the in-sandbox agent alone: the same code as
-// `corral agent`, in a binary that links nothing of the daemon. It starts
-// in about a millisecond where the full corral binary, which initializes
-// every package of the daemon first, takes about five, and a sandbox
-// cannot answer before its agent does. The daemon runs it when it lies
-// next to its own executable (or --agent names it), and itself as
-// `corral agent` otherwise.
+// `corral agent`, in a binary that links nothing of the daemon. It is up
+// about 5 ms sooner than the full corral binary, which initializes every
+// package of the daemon first (docs/BENCHMARKS.md), and a sandbox cannot
+// answer before its agent does. The daemon runs it when it lies next to
+// its own executable, is static and comes from the same commit (or when
+// --agent names it), and itself as `corral agent` otherwise.
 //
 // It takes the arguments of `corral agent`, with or without the leading
 // "agent", so that drivers start either binary the same way.

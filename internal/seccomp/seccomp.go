@@ -151,19 +151,20 @@ func maskedRule(name string, index uint, mask, value uint64) specs.LinuxSyscall 
 }
 
 // architectures lists the one system-call ABI the filter covers: the
-// native one. A call through another ABI (i386 through `int 0x80` or x32
-// on amd64, arm on arm64) is not matched by any rule but stopped by the
-// filter's architecture check: libseccomp, which runc compiles the profile
-// with, answers calls of an architecture the profile does not list with
-// its bad-architecture action, killing the calling thread; gVisor
-// implements the native ABI only. So 32-bit programs do not run in a
-// sandbox, and the compat system-call layer, a steady source of kernel
-// bugs, is out of reach. Listing the compat ABIs as well would let them
-// through the filtered calls' rules and costs runc 3 to 4 ms of filter
-// compilation per sandbox (docs/SECURITY.md). The flag rules above assume
-// clone takes its flags first, which holds on these architectures (not on
-// s390x, which is therefore not listed); an unknown arch gets nil, the
-// runtime's native ABI.
+// native one. A call through another ABI matches no rule but is stopped
+// by libseccomp, which runc compiles the profile with: an i386 call
+// (`int 0x80` on amd64; arm on arm64) carries another architecture and
+// gets the filter's bad-architecture action, and an x32 call, which
+// carries x86-64's, has a number of 0x40000000 or more, which a filter
+// without x32 sends to the same action: the calling thread is killed.
+// gVisor implements the native ABI only. So 32-bit programs do not run in
+// a sandbox, and the kernel's compat system-call layer, a steady source
+// of bugs, is out of reach. Listing the compat ABIs as well would let
+// them through the filtered calls' rules and costs runc 2.5 to 4.5 ms of
+// filter compilation per sandbox (docs/SECURITY.md). The flag rules above
+// assume clone takes its flags first, which holds on these architectures
+// (not on s390x, which is therefore not listed); an unknown arch gets
+// nil, the runtime's native ABI.
 func architectures(arch string) []specs.Arch {
 	switch arch {
 	case "amd64":

@@ -148,15 +148,9 @@ var wantProbes = map[string]string{
 	"swapoff": "EPERM", "reboot": "EPERM",
 	"write-proc-sys-hostname": "EROFS", "write-sysrq-trigger": "fails", "lower-oom-score": "EACCES",
 	"sethostname": "EPERM", "chroot": "EPERM",
-	// An i386 call through int 0x80: the filter covers the native ABI
-	// only and kills the thread that uses another.
-	"compat-abi": "killed",
-}
-
-func init() {
-	if runtime.GOARCH != "amd64" {
-		wantProbes["compat-abi"] = "unsupported"
-	}
+	// getpid through the i386 (int 0x80) and x32 ABIs: the filter covers
+	// the native ABI only and kills the thread that uses another.
+	"i386-abi": "killed", "x32-abi": "killed",
 }
 
 // gvisorProbes is wantProbes where gVisor answers differently, each for a
@@ -175,9 +169,8 @@ func gvisorProbes() map[string]string {
 	// (500), which nothing inside can reach.
 	m["lower-oom-score"] = "ok"
 	// gVisor's kernel implements the native ABI only.
-	if runtime.GOARCH == "amd64" {
-		m["compat-abi"] = "ENOSYS"
-	}
+	m["i386-abi"] = "ENOSYS"
+	m["x32-abi"] = "ENOSYS"
 	return m
 }
 

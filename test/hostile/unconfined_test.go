@@ -144,7 +144,7 @@ func TestProbesWithoutConfinement(t *testing.T) {
 	}
 	// What seccomp alone stops: these need no capability.
 	for _, p := range []string{"ptrace-child", "ptrace-daemon", "process_vm_readv", "unshare-user", "clone-newuser",
-		"clone3", "keyctl", "add_key", "io_uring_setup", "personality", "tiocsti", "btrfs-subvol-create", "compat-abi"} {
+		"clone3", "keyctl", "add_key", "io_uring_setup", "personality", "tiocsti", "btrfs-subvol-create", "i386-abi", "x32-abi"} {
 		if noSeccomp[p] == confined[p] {
 			t.Errorf("%s: %q with and without seccomp, want a difference", p, confined[p])
 		}

@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// func compatGetpid() int32
-TEXT ·compatGetpid(SB), NOSPLIT, $0-4
+// func i386Getpid() int32
+TEXT ·i386Getpid(SB), NOSPLIT, $0-4
 	MOVL $20, AX
 	INT $0x80
 	MOVL AX, ret+0(FP)

@@ -8,13 +8,15 @@
 //
 //	attack probes [daemon-pid]   every system-call probe
 //	attack unshare user|mount|net  one unshare (probes runs it in a child)
-//	attack compat                one i386 system call (probes runs it in a child)
+//	attack compat i386|x32       one getpid through another ABI (probes runs it in a child)
 //	attack fork N                start N sleeping children
 //	attack alloc MiB             allocate and touch memory
 //	attack inotify N             create N inotify instances, hold them
 //	attack find SECRET DIR...    search files under DIR for SECRET
 //	attack connect PATH...       connect to unix sockets
 //	attack tcp ADDR              connect over TCP
+//
+// It builds for amd64 only: some probes are of x86's own calls and ABIs.
 package main
 
 import (
@@ -27,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -34,6 +37,11 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// The main goroutine runs on the process's first thread, which the compat
+// probe relies on ("calling LockOSThread from an init function will cause
+// the main function to be invoked on that thread").
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) < 2 {
@@ -76,7 +84,7 @@ func main() {
 	case "sleep":
 		time.Sleep(time.Hour)
 	case "compat":
-		compatCall()
+		compatCall(args[0])
 	case "unshare":
 		flags := map[string]int{"user": unix.CLONE_NEWUSER, "mount": unix.CLONE_NEWNS, "net": unix.CLONE_NEWNET}
 		report("unshare-"+args[0], unix.Unshare(flags[args[0]]))
@@ -101,7 +109,7 @@ func report(name string, err error) {
 		fmt.Println(name, "ok")
 		return
 	}
-	if err == errKilled || err == errUnsupported {
+	if err == errKilled {
 		fmt.Println(name, err)
 		return
 	}
@@ -154,7 +162,11 @@ func probes(args []string) {
 		}
 		fmt.Print(string(out))
 	}
-	report("compat-abi", compatProbe())
+	// The compat ABIs: i386 through int 0x80, x32 through syscall with
+	// the x32 bit set.
+	for _, abi := range []string{"i386", "x32"} {
+		report(abi+"-abi", compatProbe(abi))
+	}
 	cmd := exec.Command("/proc/self/exe", "fork", "0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
 	report("clone-newuser", cmd.Run())
@@ -363,18 +375,16 @@ func find(secret string, roots []string) {
 	fmt.Println("found total", found)
 }
 
-// compatProbe runs `attack compat` in a child and reports how its i386
+// compatProbe runs `attack compat abi` in a child and reports how its
 // system call ended: nil when it returned, the errno it returned, or
-// errKilled when the call killed the thread making it. A Go program whose
-// main thread is killed stays a zombie leader while its other threads live
-// on, so the child is watched through /proc rather than waited for: once
-// it is a zombie, either it exited after printing its answer or its thread
+// errKilled when the call killed the thread making it. The child's main
+// goroutine runs on its first thread (init), and a Go program whose first
+// thread is killed stays a zombie leader while its other threads live on,
+// so the child is watched through /proc rather than waited for: once it
+// is a zombie, either it exited after printing its answer or its thread
 // was killed before it could print anything.
-func compatProbe() error {
-	if !compatSupported {
-		return errUnsupported
-	}
-	cmd := exec.Command("/proc/self/exe", "compat")
+func compatProbe(abi string) error {
+	cmd := exec.Command("/proc/self/exe", "compat", abi)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -395,7 +405,7 @@ func compatProbe() error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the compat call neither returned nor was killed")
+			return errors.New("the call neither returned nor was killed")
 		}
 	}
 	cmd.Process.Kill() // the threads left behind a killed leader
@@ -413,15 +423,24 @@ func compatProbe() error {
 	}
 }
 
-var (
-	errKilled      = errors.New("killed")
-	errUnsupported = errors.New("unsupported")
-)
+var errKilled = errors.New("killed")
 
-// compatCall makes the i386 getpid call and prints 0 when it returned a
+// compatCall makes getpid through abi and prints 0 when it returned a
 // pid, the errno when it failed.
-func compatCall() {
-	if r := compatGetpid(); r > 0 {
+func compatCall(abi string) {
+	var r int64
+	switch abi {
+	case "i386":
+		r = int64(i386Getpid())
+	case "x32":
+		// x32 numbers are x86-64's with bit 30 set.
+		pid, _, e := syscall.RawSyscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)
+		r = int64(pid)
+		if e != 0 {
+			r = -int64(e)
+		}
+	}
+	if r > 0 {
 		fmt.Println(0)
 	} else {
 		fmt.Println(-r)
