@@ -34,7 +34,7 @@ func (d *daemon) waitPoolFull(t testing.TB, name string) *corral.Pool {
 // which checks that nothing leaked.
 func (d *daemon) removePoolAtCleanup(t testing.TB, name string) {
 	t.Cleanup(func() {
-		if d.Cmd().ProcessState != nil {
+		if !d.Running() {
 			return
 		}
 		if err := d.Client.DeletePool(context.Background(), name); err != nil && corral.ErrorCode(err) != corral.CodeNotFound {

@@ -51,13 +51,17 @@ type Daemon struct {
 	// Base is the daemon's temporary directory, holding StateDir and
 	// Socket. Tests may put files of their own there; it is removed at
 	// cleanup.
-	Base     string
+	Base string
+	// StateDir is the daemon's --state-dir and Socket its --socket.
 	StateDir string
 	Socket   string
 	// Cgroup is the daemon's --cgroup-parent, such as "/corral-e2e-1a2b3c4d".
-	Cgroup  string
+	Cgroup string
+	// Storage is its --storage backend.
 	Storage string
-	Net     testutil.DaemonNetwork
+	// Net is its share of the host's network (subnet, interface prefix,
+	// nftables table), passed as flags.
+	Net testutil.DaemonNetwork
 	// Client talks to the daemon over Socket, across restarts.
 	Client *corral.Client
 
@@ -66,6 +70,10 @@ type Daemon struct {
 	env  []string
 	cmd  *exec.Cmd
 	logs testutil.SyncBuffer
+	// exited is closed once the current process has exited, with
+	// exitErr its Wait error.
+	exited  chan struct{}
+	exitErr error
 }
 
 // New starts a daemon and waits until it serves. It needs root (skipping
@@ -75,7 +83,7 @@ type Daemon struct {
 // devices, sandbox processes, user-ID slots, runc or gVisor containers or
 // network objects fails t; a failed t logs the daemon's output.
 //
-// CORRAL_E2E_LOGS, when set, names a file the daemon's output is written
+// CORRAL_E2E_LOGS, when set, names a file the daemon's output is appended
 // to at cleanup, to read the timings it logs after a benchmark.
 func New(t testing.TB, opts Options) *Daemon {
 	t.Helper()
@@ -127,8 +135,19 @@ func (d *Daemon) Start() {
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatalf("starting daemon: %v", err)
 	}
+	cmd, exited := d.cmd, make(chan struct{})
+	d.exited = exited
+	go func() {
+		d.exitErr = cmd.Wait()
+		close(exited)
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		select {
+		case <-exited:
+			d.t.Fatalf("daemon exited while starting: %v\nlogs:\n%s", d.exitErr, d.logs.String())
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := d.Client.Version(ctx)
 		cancel()
@@ -149,7 +168,7 @@ func (d *Daemon) Start() {
 func (d *Daemon) Kill() {
 	d.t.Helper()
 	_ = d.cmd.Process.Kill()
-	_ = d.cmd.Wait()
+	<-d.exited
 	d.Client.Close()
 }
 
@@ -158,20 +177,18 @@ func (d *Daemon) Kill() {
 // Stopping a daemon that is not running does nothing.
 func (d *Daemon) Stop() {
 	d.t.Helper()
-	if !d.running() {
+	if !d.Running() {
 		return
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- d.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			d.t.Errorf("daemon exited with %v\nlogs:\n%s", err, d.logs.String())
+	case <-d.exited:
+		if d.exitErr != nil {
+			d.t.Errorf("daemon exited with %v\nlogs:\n%s", d.exitErr, d.logs.String())
 		}
 	case <-time.After(30 * time.Second):
 		_ = d.cmd.Process.Kill()
-		<-done
+		<-d.exited
 		d.t.Errorf("daemon did not stop on SIGTERM\nlogs:\n%s", d.logs.String())
 	}
 	d.Client.Close()
@@ -185,8 +202,17 @@ func (d *Daemon) Cmd() *exec.Cmd { return d.cmd }
 // API response it explains.
 func (d *Daemon) Logs() string { return d.logs.String() }
 
-func (d *Daemon) running() bool {
-	return d.cmd != nil && d.cmd.Process != nil && d.cmd.ProcessState == nil
+// Running reports whether the daemon's current process has not exited.
+func (d *Daemon) Running() bool {
+	if d.exited == nil {
+		return false
+	}
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // BuildBusybox builds the busybox template name, failing the test if it
@@ -219,7 +245,7 @@ func (d *Daemon) Slots() []string {
 // it is left on the host and removes its directory.
 func (d *Daemon) cleanup() {
 	t := d.t
-	if d.running() {
+	if d.Running() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		list, err := d.Client.List(ctx, corral.ListOptions{})
 		if err != nil {
@@ -238,7 +264,7 @@ func (d *Daemon) cleanup() {
 		t.Logf("daemon logs:\n%s", d.logs.String())
 	}
 	if f := os.Getenv("CORRAL_E2E_LOGS"); f != "" {
-		if err := os.WriteFile(f, []byte(d.logs.String()), 0o644); err != nil {
+		if err := appendFile(f, d.logs.String()); err != nil {
 			t.Errorf("writing the daemon log: %v", err)
 		}
 	}
@@ -287,4 +313,14 @@ func (d *Daemon) checkNoLeaks() {
 	for _, r := range append(roots, "/sys/fs/cgroup") {
 		_ = os.Remove(filepath.Join(r, d.Cgroup))
 	}
+}
+
+// appendFile appends text to the file name, creating it.
+func appendFile(name, text string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(text)
+	return errors.Join(err, f.Close())
 }

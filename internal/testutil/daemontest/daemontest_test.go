@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/testutil"
+	corral "github.com/corralrun/corral/sdk"
 )
 
 // recorder is a testing.TB whose failures and logs are recorded instead
@@ -31,6 +33,39 @@ func (r *recorder) Logf(format string, args ...any) {
 }
 
 func (r *recorder) Failed() bool { return len(r.errors) > 0 }
+
+// Fatalf records like Errorf and ends the calling goroutine, as FailNow
+// does: callers run the code under test in a goroutine of its own.
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+// TestStartNoticesExit: a daemon that exits while starting (here on a
+// flag it does not know) fails its test with its log at once, instead of
+// being polled until the start-up deadline.
+func TestStartNoticesExit(t *testing.T) {
+	rec := &recorder{TB: t}
+	d := &Daemon{Bin: testutil.CorralBinary(t), args: []string{"server", "--no-such-flag"}, t: rec}
+	var err error
+	if d.Client, err = corral.New("unix://"+filepath.Join(t.TempDir(), "none.sock"), ""); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Client.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Start()
+	}()
+	<-done
+	if len(rec.errors) != 1 || !strings.Contains(rec.errors[0], "daemon exited while starting: exit status 2") ||
+		!strings.Contains(rec.errors[0], "no-such-flag") {
+		t.Errorf("errors: %q; want one saying the daemon exited, with its log", rec.errors)
+	}
+	if d.Running() {
+		t.Error("Running after the process exited")
+	}
+}
 
 // TestCleanup checks that the cleanup of a daemon that is no longer
 // running fails its test for a mount left under the state dir, prints the
