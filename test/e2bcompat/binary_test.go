@@ -179,7 +179,7 @@ func testBinary(t *testing.T, h *harness) {
 
 	// start runs a server stream of Start and returns its messages as
 	// JSON, its stdout, and its end-of-stream message.
-	start := func(reqJSON string) (events []string, stdout string, end map[string]any) {
+	startStream := func(reqJSON string) *http.Response {
 		t.Helper()
 		body, err := proto.Marshal(msg("process.StartRequest", reqJSON))
 		if err != nil {
@@ -187,7 +187,11 @@ func testBinary(t *testing.T, h *harness) {
 		}
 		env := make([]byte, 5)
 		binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
-		resp := post("process.Process/Start", "application/connect+proto", append(env, body...))
+		return post("process.Process/Start", "application/connect+proto", append(env, body...))
+	}
+	start := func(reqJSON string) (events []string, stdout string, end map[string]any) {
+		t.Helper()
+		resp := startStream(reqJSON)
 		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/connect+proto" {
 			t.Fatalf("Start: HTTP %d %q", resp.StatusCode, ct)
 		}
@@ -234,10 +238,19 @@ func testBinary(t *testing.T, h *harness) {
 		!strings.Contains(events[len(events)-1], `"end":{"exitCode":4,"exited":true,"status":"exit status 4","error":"exit status 4"}`) {
 		t.Fatalf("Start events:\n%s\nend %v", got, end)
 	}
-	// Environment (a map), working directory (optional) and tag.
-	events, stdout, end := start(`{"process":{"cmd":"/bin/sh","args":["-c","echo $A-$B; pwd"],"envs":{"A":"one","B":"two"},"cwd":"/bin-test"},"tag":"bin"}`)
+	// Environment (a map) and working directory (optional).
+	events, stdout, end := start(`{"process":{"cmd":"/bin/sh","args":["-c","echo $A-$B; pwd"],"envs":{"A":"one","B":"two"},"cwd":"/bin-test"}}`)
 	if len(end) != 0 || stdout != "one-two\n/bin-test\n" {
 		t.Fatalf("Start with envs and cwd: stdout %q, end %v, events:\n%s", stdout, end, strings.Join(events, "\n"))
+	}
+	// A tag names the running process in List. The stream's headers
+	// come with its start event, so the process runs once post returns.
+	if resp := startStream(`{"process":{"cmd":"/bin/sleep","args":["30"]},"tag":"bin-tag"}`); resp.StatusCode != 200 {
+		t.Fatalf("Start with a tag: HTTP %d", resp.StatusCode)
+	}
+	if _, m := unary("process.Process/List", "process.ListRequest", "process.ListResponse", `{}`); m == nil ||
+		!strings.Contains(asJSON(m), `"tag":"bin-tag"`) || !strings.Contains(asJSON(m), `"cmd":"/bin/sleep"`) {
+		t.Fatalf("List after a tagged Start: %v", m)
 	}
 }
 
