@@ -138,6 +138,23 @@ func isBytes(t reflect.Type) bool {
 	return t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
 }
 
+// fieldWire is the wire type in which a field of Go type t arrives: that
+// of its element for optional and repeated fields, length-delimited for
+// bytes and map entries.
+func fieldWire(t reflect.Type) protowire.Type {
+	switch {
+	case t.Kind() == reflect.Pointer:
+		t = t.Elem()
+	case isBytes(t):
+	case t.Kind() == reflect.Slice:
+		t = t.Elem()
+	case t.Kind() == reflect.Map:
+		return protowire.BytesType
+	}
+	w, _ := wireType(t)
+	return w
+}
+
 // wireType is the wire type of one value of type t.
 func wireType(t reflect.Type) (protowire.Type, bool) {
 	switch t.Kind() {
@@ -147,16 +164,6 @@ func wireType(t reflect.Type) (protowire.Type, bool) {
 		return protowire.BytesType, true
 	}
 	return protowire.BytesType, isBytes(t)
-}
-
-// wireTypeNames names the wire types in errors.
-var wireTypeNames = [...]string{"varint", "fixed64", "length-delimited", "start group", "end group", "fixed32"}
-
-func wireTypeName(t protowire.Type) string {
-	if int(t) < len(wireTypeNames) {
-		return wireTypeNames[t]
-	}
-	return strconv.Itoa(int(t))
 }
 
 // mapEntry is the message that carries one entry of a map<string, string>.
@@ -235,9 +242,11 @@ func appendValue(b []byte, f pbField, v reflect.Value, present bool) []byte {
 // a message struct. As protobuf says, unknown fields are skipped, a
 // scalar seen twice keeps its last value, a repeated field or a map
 // appends, an embedded message seen twice is merged, and a 32-bit field
-// keeps the low 32 bits of its varint. Malformed input (a truncated value,
-// an overlong varint, a known field with another wire type) is an
-// invalid_argument error that names the field.
+// keeps the low 32 bits of its varint. A known field in another wire type
+// than its own is skipped like an unknown one, as protobuf-go does (a
+// peer with a newer schema may have changed its type). Malformed input (a
+// truncated value, an overlong varint) is an invalid_argument error that
+// names the field.
 func parseProto(b []byte, m any) error {
 	if err := parseMessage(b, reflect.ValueOf(m).Elem()); err != nil {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf message: %v", err)
@@ -254,7 +263,8 @@ func parseMessage(b []byte, v reflect.Value) error {
 		}
 		b = b[n:]
 		var err error
-		if i := slices.IndexFunc(fields, func(f pbField) bool { return f.num == num }); i >= 0 {
+		i := slices.IndexFunc(fields, func(f pbField) bool { return f.num == num })
+		if i >= 0 && typ == fieldWire(v.Field(fields[i].index).Type()) {
 			n, err = parseField(b, fields[i], typ, v.Field(fields[i].index))
 		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 			err = protowire.ParseError(n)
@@ -298,11 +308,9 @@ func parseField(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, 
 	return parseValue(b, f, typ, v)
 }
 
-// parseValue reads one value of field f into v.
+// parseValue reads one value of field f, in its own wire type typ
+// (parseMessage skips the others), into v.
 func parseValue(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
-	if want, _ := wireType(v.Type()); typ != want {
-		return 0, fmt.Errorf("wire type %s, want %s", wireTypeName(typ), wireTypeName(want))
-	}
 	if typ == protowire.VarintType {
 		x, n := protowire.ConsumeVarint(b)
 		if n < 0 {
