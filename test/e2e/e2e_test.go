@@ -444,3 +444,27 @@ func TestTCPNeedsKey(t *testing.T) {
 		t.Fatalf("server with --listen and no key: err %v, output %s", err, out)
 	}
 }
+
+// TestFullBinaryAsAgent: with --agent naming the corral binary itself, as
+// when no usable corral-agent lies next to it, sandboxes run `corral
+// agent` and work the same, on runc and on gVisor.
+func TestFullBinaryAsAgent(t *testing.T) {
+	extra := []string{"--agent", testutil.CorralBinary(t)}
+	runtimes := []string{"runc"}
+	if _, err := exec.LookPath("runsc"); err == nil {
+		extra = append(extra, "--runtimes", "gvisor")
+		runtimes = append(runtimes, "gvisor")
+	}
+	d := startDaemon(t, "overlay", extra...)
+	full, err := os.Stat(d.Bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range runtimes {
+		sb := d.create(t, corral.CreateOptions{Runtime: rt})
+		out, res := d.execOut(t, sb.ID, "stat -c %s /.corral/agent; echo hi >&2; exit 3")
+		if res.ExitCode != 3 || out != fmt.Sprintf("%d\nhi\n", full.Size()) {
+			t.Errorf("%s: exit %d, output %q; want the full binary's size %d, hi and exit 3", rt, res.ExitCode, out, full.Size())
+		}
+	}
+}
