@@ -111,9 +111,12 @@ type Config struct {
 	Admission sandbox.Admission
 	// Pools are warm pools defined (or changed) at every start, next to
 	// those defined through the API, which the store keeps.
-	// PoolConcurrency bounds the pool sandboxes made at once (default 2).
+	// PoolConcurrency bounds the pool sandboxes made at once (default 2);
+	// PoolRefillDelay is how long a pool waits after a claim before it
+	// replaces the member (sandbox.Config).
 	Pools           []sandbox.Pool
 	PoolConcurrency int
+	PoolRefillDelay time.Duration
 	Version         string
 	Logger          *slog.Logger
 }
@@ -276,6 +279,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:         d.log,
 
 		PoolConcurrency: cfg.PoolConcurrency,
+		PoolRefillDelay: cfg.PoolRefillDelay,
 	})
 	if err != nil {
 		return nil, err

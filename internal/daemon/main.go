@@ -65,6 +65,7 @@ func Main(args []string, version string) int {
 	fs.IntVar(&cfg.Admission.QueueLength, "admission-queue", 0, "creates that may wait for capacity instead of failing at once (needs --admission-wait)")
 	fs.DurationVar(&cfg.Admission.MaxWait, "admission-wait", 0, "longest a create waits in the admission queue before 503 busy")
 	fs.IntVar(&cfg.PoolConcurrency, "pool-concurrency", 2, "warm pool sandboxes created at once, over all pools")
+	fs.DurationVar(&cfg.PoolRefillDelay, "pool-refill-delay", 250*time.Millisecond, "how long a pool waits after a claim before it replaces the member, so that the claimer's first requests get the CPUs (0: at once)")
 	fs.Var(poolsFlag{&cfg.Pools}, "pool", "warm pool name=NAME,template=T[,runtime=R][,size=N][,cpus=C][,memory=M][,pids=N][,disk=D][,network=MODE] (repeatable)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

@@ -87,6 +87,11 @@ type Config struct {
 	// PoolConcurrency bounds how many warm pool members are made at once
 	// (default 2; pool.go).
 	PoolConcurrency int
+	// PoolRefillDelay is how long a pool waits after a claim before it
+	// makes the claimed member's replacement (0: at once), so that the
+	// claimer's first requests do not share the host's CPUs with the
+	// replacement's creation.
+	PoolRefillDelay time.Duration
 	// SnapshotDir holds snapshots, one directory each; snapshots are
 	// available when it is set, Store implements SnapshotStore and
 	// Storage implements storage.Changes.

@@ -99,6 +99,8 @@ type pool struct {
 	fills    sync.WaitGroup // fill goroutines of this pool
 	failures int
 	retryAt  time.Time
+	// refillAt is when a claim's replacement may start (PoolRefillDelay).
+	refillAt time.Time
 	lastErr  string
 }
 
@@ -265,7 +267,7 @@ func (m *Manager) refill(ctx context.Context, wg *sync.WaitGroup) {
 	sort.Strings(names)
 	for _, n := range names {
 		p := m.pools.m[n]
-		if now.Before(p.retryAt) {
+		if now.Before(p.retryAt) || now.Before(p.refillAt) {
 			continue
 		}
 		for len(p.ready)+p.filling < p.def.Size && m.pools.inflight < m.poolConcurrency() {
@@ -572,7 +574,15 @@ func (m *Manager) takeMember(want Sandbox, name string) (id, pool string) {
 		}
 		id = p.ready[0]
 		p.ready = slices.Delete(p.ready, 0, 1)
-		m.kickPools()
+		if d := m.cfg.PoolRefillDelay; d > 0 {
+			// Measured on 2 cores: a replacement made at once (runc run
+			// or runsc, tens to hundreds of ms of CPU) doubles the
+			// claim's time to first output (docs/BENCHMARKS.md).
+			p.refillAt = m.cfg.Now().Add(d)
+			time.AfterFunc(d, m.kickPools)
+		} else {
+			m.kickPools()
+		}
 		return id, p.def.Name
 	}
 	m.kickPools()

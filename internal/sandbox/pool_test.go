@@ -497,3 +497,40 @@ func TestPoolAdmission(t *testing.T) {
 		t.Fatalf("claim of a after its delete: %v", err)
 	}
 }
+
+// TestPoolRefillDelay: after a claim the pool makes the replacement only
+// once PoolRefillDelay has passed, so that the claimer's first requests do
+// not compete with it.
+func TestPoolRefillDelay(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.PoolRefillDelay = 20 * time.Millisecond })
+	ctx := t.Context()
+	if _, err := h.m.SetPool(ctx, Pool{Name: "p", Template: "tiny", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, h.m, "p", readyN(1))
+	members := memberIDs(h.m)
+	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(members, sb.ID) {
+		t.Fatalf("create did not claim: %s not in %v", sb.ID, members)
+	}
+	// The delay's timer has fired and woken the pool, but the clock says
+	// the delay has not passed.
+	time.Sleep(100 * time.Millisecond)
+	if st, _ := h.m.PoolStatus("p"); st.Ready+st.Filling != 0 {
+		t.Fatalf("refilled before the delay: %+v", st)
+	}
+	h.now.Add(20 * time.Millisecond)
+	h.m.kickPools()
+	waitPool(t, h.m, "p", readyN(1))
+
+	if err := h.m.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.RemovePool(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	h.assertClean(t)
+}
