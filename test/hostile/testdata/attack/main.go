@@ -38,10 +38,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The main goroutine runs on the process's first thread, which the compat
-// probe relies on ("calling LockOSThread from an init function will cause
-// the main function to be invoked on that thread").
-func init() { runtime.LockOSThread() }
+// In `attack compat` the main goroutine runs on the process's first
+// thread, which compatProbe relies on ("calling LockOSThread from an init
+// function will cause the main function to be invoked on that thread").
+// Only there: a locked main thread costs every process a thread more, and
+// `attack fork` counts against a pids limit.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "compat" {
+		runtime.LockOSThread()
+	}
+}
 
 func main() {
 	if len(os.Args) < 2 {
