@@ -48,8 +48,28 @@ import (
 // Every exported field of a message has a `pb` tag. A tag or a type the
 // codec cannot carry is a programming error and panics; a test encodes
 // and decodes every message type. Tags are read on every call (a few
-// fields per message) rather than cached, which would be package-level
-// state; BenchmarkAppendProto measures the cost.
+// fields per message) once per message type and call (pbCodec) rather than
+// cached for good, which would be package-level state;
+// BenchmarkAppendProto measures the cost.
+
+// pbCodec reads the tags of each message type once per call: a repeated
+// message (a directory listing's entries) would read them per element.
+type pbCodec struct {
+	fields map[reflect.Type][]pbField
+}
+
+// fieldsOf returns pbFields(t), read at its first use in this call.
+func (c *pbCodec) fieldsOf(t reflect.Type) []pbField {
+	if f, ok := c.fields[t]; ok {
+		return f
+	}
+	if c.fields == nil {
+		c.fields = map[reflect.Type][]pbField{}
+	}
+	f := pbFields(t)
+	c.fields[t] = f
+	return f
+}
 
 // pbField is one field of a message struct, as its tag describes it.
 type pbField struct {
@@ -175,28 +195,29 @@ type mapEntry struct {
 // appendProto appends the binary encoding of m, a message struct or a
 // pointer to one. Map entries are written in key order.
 func appendProto(b []byte, m any) []byte {
-	return appendMessage(b, reflect.Indirect(reflect.ValueOf(m)))
+	var c pbCodec
+	return c.appendMessage(b, reflect.Indirect(reflect.ValueOf(m)))
 }
 
-func appendMessage(b []byte, v reflect.Value) []byte {
-	for _, f := range pbFields(v.Type()) {
-		b = appendField(b, f, v.Field(f.index))
+func (c *pbCodec) appendMessage(b []byte, v reflect.Value) []byte {
+	for _, f := range c.fieldsOf(v.Type()) {
+		b = c.appendField(b, f, v.Field(f.index))
 	}
 	return b
 }
 
-func appendField(b []byte, f pbField, v reflect.Value) []byte {
+func (c *pbCodec) appendField(b []byte, f pbField, v reflect.Value) []byte {
 	switch {
 	case v.Kind() == reflect.Pointer:
 		if v.IsNil() {
 			return b
 		}
-		return appendValue(b, f, v.Elem(), true)
+		return c.appendValue(b, f, v.Elem(), true)
 	case isBytes(v.Type()):
-		return appendValue(b, f, v, f.oneof && !v.IsNil())
+		return c.appendValue(b, f, v, f.oneof && !v.IsNil())
 	case v.Kind() == reflect.Slice:
 		for i := range v.Len() {
-			b = appendValue(b, f, v.Index(i), true)
+			b = c.appendValue(b, f, v.Index(i), true)
 		}
 		return b
 	case v.Kind() == reflect.Map:
@@ -204,16 +225,16 @@ func appendField(b []byte, f pbField, v reflect.Value) []byte {
 		slices.SortFunc(keys, func(x, y reflect.Value) int { return strings.Compare(x.String(), y.String()) })
 		for _, k := range keys {
 			entry := mapEntry{Key: k.String(), Value: v.MapIndex(k).String()}
-			b = appendValue(b, f, reflect.ValueOf(entry), true)
+			b = c.appendValue(b, f, reflect.ValueOf(entry), true)
 		}
 		return b
 	}
-	return appendValue(b, f, v, v.Kind() == reflect.Struct)
+	return c.appendValue(b, f, v, v.Kind() == reflect.Struct)
 }
 
 // appendValue appends one value of field f. A zero value is left out
 // unless present says that the field is set.
-func appendValue(b []byte, f pbField, v reflect.Value, present bool) []byte {
+func (c *pbCodec) appendValue(b []byte, f pbField, v reflect.Value, present bool) []byte {
 	if !present && (v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
 		return b
 	}
@@ -225,7 +246,7 @@ func appendValue(b []byte, f pbField, v reflect.Value, present bool) []byte {
 	case reflect.Slice:
 		return protowire.AppendBytes(b, v.Bytes())
 	case reflect.Struct:
-		return protowire.AppendBytes(b, appendMessage(nil, v))
+		return protowire.AppendBytes(b, c.appendMessage(nil, v))
 	case reflect.Bool:
 		return protowire.AppendVarint(b, protowire.EncodeBool(v.Bool()))
 	case reflect.Int32, reflect.Int64:
@@ -248,14 +269,15 @@ func appendValue(b []byte, f pbField, v reflect.Value, present bool) []byte {
 // truncated value, an overlong varint) is an invalid_argument error that
 // names the field.
 func parseProto(b []byte, m any) error {
-	if err := parseMessage(b, reflect.ValueOf(m).Elem()); err != nil {
+	var c pbCodec
+	if err := c.parseMessage(b, reflect.ValueOf(m).Elem()); err != nil {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf message: %v", err)
 	}
 	return nil
 }
 
-func parseMessage(b []byte, v reflect.Value) error {
-	fields := pbFields(v.Type())
+func (c *pbCodec) parseMessage(b []byte, v reflect.Value) error {
+	fields := c.fieldsOf(v.Type())
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -265,7 +287,7 @@ func parseMessage(b []byte, v reflect.Value) error {
 		var err error
 		i := slices.IndexFunc(fields, func(f pbField) bool { return f.num == num })
 		if i >= 0 && typ == fieldWire(v.Field(fields[i].index).Type()) {
-			n, err = parseField(b, fields[i], typ, v.Field(fields[i].index))
+			n, err = c.parseField(b, fields[i], typ, v.Field(fields[i].index))
 		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 			err = protowire.ParseError(n)
 		}
@@ -279,24 +301,24 @@ func parseMessage(b []byte, v reflect.Value) error {
 
 // parseField reads one occurrence of field f, of wire type typ, from b
 // into v, and returns the length it read.
-func parseField(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
+func (c *pbCodec) parseField(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
 	switch {
 	case v.Kind() == reflect.Pointer:
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))
 		}
-		return parseValue(b, f, typ, v.Elem())
+		return c.parseValue(b, f, typ, v.Elem())
 	case isBytes(v.Type()):
 	case v.Kind() == reflect.Slice:
 		elem := reflect.New(v.Type().Elem()).Elem()
-		n, err := parseValue(b, f, typ, elem)
+		n, err := c.parseValue(b, f, typ, elem)
 		if err == nil {
 			v.Set(reflect.Append(v, elem))
 		}
 		return n, err
 	case v.Kind() == reflect.Map:
 		var e mapEntry
-		n, err := parseValue(b, f, typ, reflect.ValueOf(&e).Elem())
+		n, err := c.parseValue(b, f, typ, reflect.ValueOf(&e).Elem())
 		if err == nil {
 			if v.IsNil() {
 				v.Set(reflect.MakeMap(v.Type()))
@@ -305,12 +327,12 @@ func parseField(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, 
 		}
 		return n, err
 	}
-	return parseValue(b, f, typ, v)
+	return c.parseValue(b, f, typ, v)
 }
 
 // parseValue reads one value of field f, in its own wire type typ
 // (parseMessage skips the others), into v.
-func parseValue(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
+func (c *pbCodec) parseValue(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, error) {
 	if typ == protowire.VarintType {
 		x, n := protowire.ConsumeVarint(b)
 		if n < 0 {
@@ -344,7 +366,7 @@ func parseValue(b []byte, f pbField, typ protowire.Type, v reflect.Value) (int, 
 	case reflect.Slice:
 		v.SetBytes(append([]byte{}, data...)) // data is the caller's buffer
 	default:
-		return n, parseMessage(data, v)
+		return n, c.parseMessage(data, v)
 	}
 	return n, nil
 }

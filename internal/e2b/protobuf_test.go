@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -300,5 +301,19 @@ func BenchmarkParseProto(b *testing.B) {
 		if err := parseProto(data, &req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkAppendProtoListDir encodes a directory listing of 10,000
+// entries, where a type's tags are read once per call, not per entry.
+func BenchmarkAppendProtoListDir(b *testing.B) {
+	var list listDirResponse
+	for i := range 10000 {
+		list.Entries = append(list.Entries, entryInfo{Name: "file" + strconv.Itoa(i), Type: fileTypeFile, Path: "/work/file" + strconv.Itoa(i),
+			Size: int64(i), Mode: 0o644, Permissions: "-rw-r--r--", Owner: "root", Group: "root", ModifiedTime: &timestamp{Seconds: 1700000000}})
+	}
+	var buf []byte
+	for b.Loop() {
+		buf = appendProto(buf[:0], list)
 	}
 }
