@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -200,6 +201,60 @@ func TestStaleSlot(t *testing.T) {
 	}
 	if _, err := os.Stat(d.slotDir(n)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("slot dir after release: %v", err)
+	}
+	checkNoSlots(t, d)
+}
+
+// TestSweepStaleSlots: a new driver clears the slots a killed daemon left
+// half made, one without its owner link and one whose owner is gone with a
+// root still mounted, and keeps a slot whose sandbox directory exists.
+func TestSweepStaleSlots(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
+	live := d.dir("live")
+	ghost := d.dir("ghost")
+	for _, dir := range []string{live, ghost} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, _, err := d.allocSlot(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, mnt, err := d.allocSlot(ghost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bindRoot(testutil.BusyboxRootfs(t), mnt); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(ghost); err != nil {
+		t.Fatal(err)
+	}
+	// Killed between the slot's mkdir and its owner link.
+	bare := (kept + 1 + rand.IntN(1000)) % idSlots
+	for bare == gone {
+		bare = (bare + 1) % idSlots
+	}
+	if err := os.Mkdir(d.slotDir(bare), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
+	for _, n := range []int{gone, bare} {
+		if _, err := os.Lstat(d.slotDir(n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("stale slot %d kept: %v", n, err)
+		}
+	}
+	if m := testutil.Mounts(t, mnt); len(m) != 0 {
+		t.Errorf("stale mount kept: %v", m)
+	}
+	if _, err := os.Stat(d.slotDir(kept)); err != nil {
+		t.Errorf("live slot %d: %v", kept, err)
+	}
+	if err := d.releaseSlot(live); err != nil {
+		t.Fatal(err)
 	}
 	checkNoSlots(t, d)
 }

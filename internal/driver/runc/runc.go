@@ -117,7 +117,8 @@ type Driver struct {
 
 // New checks cfg, fills in defaults, creates the directories under Root
 // and detects the host's cgroup version. It does not touch existing
-// sandboxes.
+// sandboxes; it clears user namespace slots whose sandbox is gone
+// (sweepSlots).
 func New(cfg Config) (*Driver, error) {
 	agent, runcPath, err := ocirt.Resolve("runc", cfg.Root, cfg.AgentPath, cfg.RuncPath)
 	if err != nil {
@@ -179,6 +180,11 @@ func New(cfg Config) (*Driver, error) {
 	// ones may have them.
 	if err := ocirt.PrepareSearchableDir(cfg.MountDir); err != nil {
 		return nil, err
+	}
+	if n, err := d.sweepSlots(); err != nil {
+		d.log.Warn("clearing stale user namespace slots", "cleared", n, "error", err)
+	} else if n > 0 {
+		d.log.Info("cleared stale user namespace slots", "cleared", n)
 	}
 	// newUserNS re-executes this binary as an unprivileged user.
 	if fi, err := os.Stat("/proc/self/exe"); err != nil || fi.Mode().Perm()&0o001 == 0 {

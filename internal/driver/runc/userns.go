@@ -155,6 +155,34 @@ func (d *Driver) slotStale(n int) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
+// sweepSlots clears every stale slot (slotStale) and returns how many it
+// cleared. A daemon killed while it took a slot can leave one half made:
+// its sandbox directory, which reconcile removes, never recorded it, and
+// an allocation reclaims it only if its search happens to probe it.
+func (d *Driver) sweepSlots() (int, error) {
+	unlock, err := d.lockSlots()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	entries, err := os.ReadDir(d.mountDir)
+	if err != nil {
+		return 0, fmt.Errorf("listing slots: %w", err)
+	}
+	cleared := 0
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n < 0 || n >= idSlots || !e.IsDir() || !d.slotStale(n) {
+			continue
+		}
+		if err := d.clearSlot(n); err != nil {
+			return cleared, err
+		}
+		cleared++
+	}
+	return cleared, nil
+}
+
 // clearSlot unmounts slot n's root and sysfs (netns.go) and removes the
 // slot. It removes entries one by one, never recursively: a root still
 // mounted must make it fail, not be deleted. Called with the lock.
