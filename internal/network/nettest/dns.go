@@ -1,10 +1,12 @@
 package nettest
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -31,16 +33,8 @@ func StartUpstream(t testing.TB, records map[string][]string) *Upstream {
 			u.records[dns.Fqdn(strings.ToLower(name))] = append(u.records[dns.Fqdn(strings.ToLower(name))], netip.MustParseAddr(ip))
 		}
 	}
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("upstream dns: %v", err)
-	}
+	pc, ln := listenUDPAndTCP(t)
 	u.Addr = pc.LocalAddr().(*net.UDPAddr).AddrPort()
-	ln, err := net.Listen("tcp4", u.Addr.String())
-	if err != nil {
-		pc.Close()
-		t.Fatalf("upstream dns: %v", err)
-	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: u}, {Listener: ln, Handler: u}} {
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }
@@ -88,4 +82,25 @@ func (u *Upstream) Asked() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]string(nil), u.asked...)
+}
+
+// listenUDPAndTCP listens on one loopback port for UDP and TCP alike. The
+// kernel picks a free UDP port, which a TCP socket (another test's
+// connection) may hold: then it tries another.
+func listenUDPAndTCP(t testing.TB) (net.PacketConn, net.Listener) {
+	t.Helper()
+	for tries := 0; ; tries++ {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("upstream dns: %v", err)
+		}
+		ln, err := net.Listen("tcp4", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln
+		}
+		pc.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) || tries == 20 {
+			t.Fatalf("upstream dns: %v", err)
+		}
+	}
 }
