@@ -77,6 +77,7 @@ type pbField struct {
 	index  int // in the struct
 	zigzag bool
 	oneof  bool
+	wire   protowire.Type // in which its values arrive (checkType)
 }
 
 // pbFields reads the `pb` tags of the message struct type t.
@@ -121,11 +122,14 @@ func parseTag(sf reflect.StructField) (pbField, error) {
 			return f, fmt.Errorf("unknown pb option %q", o)
 		}
 	}
-	return f, checkType(sf.Type, f)
+	f.wire, err = checkType(sf.Type, f)
+	return f, err
 }
 
-// checkType reports an error unless the codec carries a field of type t.
-func checkType(t reflect.Type, f pbField) error {
+// checkType returns the wire type in which a field of type t arrives
+// (its element's for optional and repeated fields, length-delimited for
+// bytes and map entries), or an error unless the codec carries t.
+func checkType(t reflect.Type, f pbField) (protowire.Type, error) {
 	elem := t
 	switch {
 	case t.Kind() == reflect.Pointer:
@@ -133,46 +137,30 @@ func checkType(t reflect.Type, f pbField) error {
 	case isBytes(t):
 	case t.Kind() == reflect.Slice:
 		if k := t.Elem().Kind(); k != reflect.String && k != reflect.Struct {
-			return fmt.Errorf("repeated %s is not supported (only strings and messages)", t.Elem())
+			return 0, fmt.Errorf("repeated %s is not supported (only strings and messages)", t.Elem())
 		}
 		elem = t.Elem()
 	case t.Kind() == reflect.Map:
 		if t.Key().Kind() != reflect.String || t.Elem().Kind() != reflect.String {
-			return fmt.Errorf("%s is not supported (only map<string, string>)", t)
+			return 0, fmt.Errorf("%s is not supported (only map<string, string>)", t)
 		}
 		elem = t.Elem()
 	}
-	if _, ok := wireType(elem); !ok {
-		return fmt.Errorf("type %s is not supported", t)
+	wire, ok := wireType(elem)
+	if !ok {
+		return 0, fmt.Errorf("type %s is not supported", t)
 	}
 	if f.oneof && t.Kind() != reflect.Pointer && !isBytes(t) {
-		return fmt.Errorf("oneof member of type %s: want a pointer or []byte", t)
+		return 0, fmt.Errorf("oneof member of type %s: want a pointer or []byte", t)
 	}
 	if k := elem.Kind(); f.zigzag && k != reflect.Int32 && k != reflect.Int64 {
-		return fmt.Errorf("zigzag on type %s: want int32 or int64", t)
+		return 0, fmt.Errorf("zigzag on type %s: want int32 or int64", t)
 	}
-	return nil
+	return wire, nil
 }
 
 func isBytes(t reflect.Type) bool {
 	return t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
-}
-
-// fieldWire is the wire type in which a field of Go type t arrives: that
-// of its element for optional and repeated fields, length-delimited for
-// bytes and map entries.
-func fieldWire(t reflect.Type) protowire.Type {
-	switch {
-	case t.Kind() == reflect.Pointer:
-		t = t.Elem()
-	case isBytes(t):
-	case t.Kind() == reflect.Slice:
-		t = t.Elem()
-	case t.Kind() == reflect.Map:
-		return protowire.BytesType
-	}
-	w, _ := wireType(t)
-	return w
 }
 
 // wireType is the wire type of one value of type t.
@@ -238,8 +226,7 @@ func (c *pbCodec) appendValue(b []byte, f pbField, v reflect.Value, present bool
 	if !present && (v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
 		return b
 	}
-	typ, _ := wireType(v.Type())
-	b = protowire.AppendTag(b, f.num, typ)
+	b = protowire.AppendTag(b, f.num, f.wire)
 	switch v.Kind() {
 	case reflect.String:
 		return protowire.AppendString(b, v.String())
@@ -286,7 +273,7 @@ func (c *pbCodec) parseMessage(b []byte, v reflect.Value) error {
 		b = b[n:]
 		var err error
 		i := slices.IndexFunc(fields, func(f pbField) bool { return f.num == num })
-		if i >= 0 && typ == fieldWire(v.Field(fields[i].index).Type()) {
+		if i >= 0 && typ == fields[i].wire {
 			n, err = c.parseField(b, fields[i], typ, v.Field(fields[i].index))
 		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 			err = protowire.ParseError(n)
