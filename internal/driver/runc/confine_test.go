@@ -160,12 +160,12 @@ func checkNoSlots(t *testing.T, d *Driver) {
 	}
 }
 
-// TestStaleSlot checks that a slot whose sandbox directory is gone (a
-// daemon that crashed and lost its state) is reclaimed, mount included.
-func TestStaleSlot(t *testing.T) {
-	e := newEnv(t)
-	d := e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
-	dir := d.dir("ghost")
+// staleSlot leaves what a daemon that crashed and lost its state leaves:
+// the slot of sandbox id, with a root mounted, whose sandbox directory is
+// gone. It returns the slot and its mount point.
+func staleSlot(t *testing.T, d *Driver, id string) (int, string) {
+	t.Helper()
+	dir := d.dir(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +179,15 @@ func TestStaleSlot(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
+	return n, mnt
+}
+
+// TestStaleSlot checks that a slot whose sandbox directory is gone (a
+// daemon that crashed and lost its state) is reclaimed, mount included.
+func TestStaleSlot(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
+	n, _ := staleSlot(t, d, "ghost")
 	if !d.slotStale(n) {
 		t.Fatal("slot of a removed sandbox directory is not stale")
 	}
@@ -212,26 +221,14 @@ func TestSweepStaleSlots(t *testing.T) {
 	e := newEnv(t)
 	d := e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
 	live := d.dir("live")
-	ghost := d.dir("ghost")
-	for _, dir := range []string{live, ghost} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.Mkdir(live, 0o700); err != nil {
+		t.Fatal(err)
 	}
 	kept, _, err := d.allocSlot(live)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, mnt, err := d.allocSlot(ghost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bindRoot(testutil.BusyboxRootfs(t), mnt); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(ghost); err != nil {
-		t.Fatal(err)
-	}
+	gone, mnt := staleSlot(t, d, "ghost")
 	// Killed between the slot's mkdir and its owner link.
 	bare := (kept + 1 + rand.IntN(1000)) % idSlots
 	for bare == gone {
