@@ -99,6 +99,10 @@ type Config struct {
 	// all three: a second daemon on the host needs its own.
 	NetworkSubnet               netip.Prefix
 	NetworkPrefix, NetworkTable string
+	// NetworkSpares is how many networks of each kind (mode none, and
+	// with a veth) are made ahead for creates to take (network.Config;
+	// 0: none).
+	NetworkSpares int
 	// DNSUpstreams answer the lookups sandboxes' policies allow
 	// (default: the nameservers of the host's /etc/resolv.conf).
 	DNSUpstreams []netip.AddrPort

@@ -57,6 +57,7 @@ func Main(args []string, version string) int {
 	fs.Var(prefixFlag{&cfg.NetworkSubnet}, "network-subnet", "private IPv4 range for sandbox addresses, a /30 each")
 	fs.Var(upstreamsFlag{&cfg.DNSUpstreams}, "dns-upstream", "DNS server for sandboxes' allowed lookups, ADDRESS[:PORT] (repeatable; default: the nameservers of /etc/resolv.conf)")
 	fs.StringVar(&cfg.NetworkPrefix, "network-prefix", DefaultNetworkPrefix, "name prefix of sandboxes' host-side interfaces (unique per daemon on a host)")
+	fs.IntVar(&cfg.NetworkSpares, "network-spares", 2, "sandbox networks of each kind (mode none, and with an interface) made ahead, so that creates skip making a namespace and veth (0: none)")
 	fs.StringVar(&cfg.NetworkTable, "nft-table", DefaultNetworkTable, "nftables table (inet) of sandbox rules (unique per daemon on a host)")
 	fs.IntVar(&cfg.Admission.MaxSandboxes, "max-sandboxes", 0, "most sandboxes that may exist or be in creation at once; more creates answer 503 busy (0: no limit)")
 	fs.Float64Var(&cfg.Admission.MemoryCommitRatio, "memory-commit-ratio", 0, "refuse creates (503 busy) once sandboxes' memory limits add up to the host's memory times this ratio (0: no limit)")

@@ -68,13 +68,15 @@ func (d *Daemon) openNetwork() error {
 		NamePrefix: d.cfg.NetworkPrefix,
 		Table:      d.cfg.NetworkTable,
 		Egress:     srv,
+		Spares:     d.cfg.NetworkSpares,
 		Logger:     d.log,
 	})
 	if err != nil {
 		return fmt.Errorf("starting network manager: %w", err)
 	}
 	d.log.Info("sandbox networks", "subnet", d.cfg.NetworkSubnet.String(), "default_mode", d.cfg.DefaultNetwork,
-		"dns_upstreams", fmt.Sprint(ups), "iface_prefix", d.cfg.NetworkPrefix, "nft_table", d.cfg.NetworkTable)
+		"dns_upstreams", fmt.Sprint(ups), "iface_prefix", d.cfg.NetworkPrefix, "nft_table", d.cfg.NetworkTable,
+		"spares", d.cfg.NetworkSpares)
 	return nil
 }
 

@@ -16,34 +16,51 @@ import (
 // teardown, reported separately as ms/setup and ms/teardown (the time
 // Teardown takes to return). With a veth, "+wait" also waits for the
 // background part (chains and veth, reap.go) after each teardown: the
-// full cost of one sandbox alone.
+// full cost of one sandbox alone. "+spare" sets up from a spare network
+// (spare.go), made untimed before each setup.
 func BenchmarkSetupTeardown(b *testing.B) {
 	for _, mode := range []egress.Mode{egress.ModeNone, egress.ModeAllowlist} {
 		b.Run(string(mode), func(b *testing.B) {
 			cfg := testConfig(b)
 			m := newTestManager(b, cfg)
-			benchSetupTeardown(b, m, egress.Policy{Mode: mode}, false)
+			benchSetupTeardown(b, m, egress.Policy{Mode: mode}, false, nil)
+		})
+		b.Run(string(mode)+"+spare", func(b *testing.B) {
+			cfg := testConfig(b)
+			cfg.Spares, cfg.SpareDelay = 1, time.Hour
+			m := newTestManager(b, cfg)
+			benchSetupTeardown(b, m, egress.Policy{Mode: mode}, false, func() { makeSpares(b, m, mode != egress.ModeNone) })
 		})
 	}
 	b.Run("allowlist+wait", func(b *testing.B) {
 		cfg := testConfig(b)
 		m := newTestManager(b, cfg)
-		benchSetupTeardown(b, m, egress.Policy{Mode: egress.ModeAllowlist}, true)
+		benchSetupTeardown(b, m, egress.Policy{Mode: egress.ModeAllowlist}, true, nil)
 	})
 	// With the egress server binding its four sockets per sandbox.
 	b.Run("allowlist+egress", func(b *testing.B) {
 		w := newWorld(b)
-		benchSetupTeardown(b, w.m, allowlist("allowed.test"), false)
+		benchSetupTeardown(b, w.m, allowlist("allowed.test"), false, nil)
+	})
+	b.Run("allowlist+egress+spare", func(b *testing.B) {
+		w := newWorld(b)
+		w.m.cfg.Spares, w.m.cfg.SpareDelay = 1, time.Hour
+		benchSetupTeardown(b, w.m, allowlist("allowed.test"), false, func() { makeSpares(b, w.m, true) })
 	})
 }
 
-func benchSetupTeardown(b *testing.B, m *Manager, p egress.Policy, wait bool) {
+// benchSetupTeardown sets up and tears down a network per iteration; if
+// prepare is set, it runs untimed before each setup.
+func benchSetupTeardown(b *testing.B, m *Manager, p egress.Policy, wait bool, prepare func()) {
 	ctx := context.Background()
 	var setup, teardown time.Duration
 	i := 0
 	for b.Loop() {
 		id := fmt.Sprintf("bench%d", i)
 		i++
+		if prepare != nil {
+			prepare()
+		}
 		t0 := time.Now()
 		if _, err := m.Setup(ctx, id, p); err != nil {
 			b.Fatal(err)

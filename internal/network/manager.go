@@ -59,7 +59,14 @@ type Config struct {
 	// the plumbing alone); Ports then says where nftables points.
 	Egress Egress
 	Ports  egress.Ports
-	Logger *slog.Logger
+	// Spares is how many networks of each kind (a namespace alone, and a
+	// namespace with a veth) the Manager keeps made ahead for Setup to
+	// take (spare.go); 0 makes every network in Setup. SpareDelay is how
+	// long after Setup takes one the Manager starts to replace it (0:
+	// DefaultSpareDelay).
+	Spares     int
+	SpareDelay time.Duration
+	Logger     *slog.Logger
 }
 
 // Sandbox is the network of one sandbox, as a runtime needs it.
@@ -123,6 +130,15 @@ type Manager struct {
 	reaping       map[string]bool // ids in reapQ or in the running batch
 	reaperRunning bool
 	reapCond      *sync.Cond
+	// Networks made ahead (spare.go). reapCond also signals the end of a
+	// refill.
+	spares         [2][]spare // by kind: [0] a namespace alone, [1] with a veth
+	spareWanted    [2]bool    // kinds Setup has asked for
+	spareSeq       int
+	spareTimer     *time.Timer
+	spareScheduled bool // spareTimer is set to go off
+	spareRunning   bool
+	closed         bool
 	// fail, when set by tests, makes the named setup step fail.
 	fail func(step string) error
 }
@@ -172,9 +188,10 @@ func onlyChars(s, extra string) bool {
 	return true
 }
 
-// New validates cfg, opens a netlink socket and creates (or repairs) the
-// nftables table with its shared chains. It does not touch existing
-// sandboxes' networks: see List and Reconcile.
+// New validates cfg, opens a netlink socket, removes spare namespaces an
+// earlier daemon left (spare.go) and creates (or repairs) the nftables
+// table with its shared chains. It does not touch existing sandboxes'
+// networks: see List and Reconcile.
 func New(cfg Config) (*Manager, error) {
 	if cfg.NamePrefix == "" {
 		cfg.NamePrefix = "crl"
@@ -240,6 +257,10 @@ func New(cfg Config) (*Manager, error) {
 		reaping:   map[string]bool{},
 	}
 	m.reapCond = sync.NewCond(&m.mu)
+	if err := removeStaleSpares(filepath.Join(cfg.StateDir, "netns")); err != nil {
+		h.Close()
+		return nil, err
+	}
 	if err := m.nft.ensureBase(); err != nil {
 		h.Close()
 		return nil, err
@@ -289,10 +310,15 @@ func (m *Manager) Setup(ctx context.Context, id string, p egress.Policy) (_ *San
 	e := &entry{slot: -1, policy: p}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := m.reserve(id, e, p.Mode != egress.ModeNone); err != nil {
+	e.sb = Sandbox{ID: id, Mode: p.Mode, NetNSPath: m.netnsPath(id), Ports: m.ports}
+	link := p.Mode != egress.ModeNone
+	sp, spared := m.takeSpare(link)
+	if err := m.reserve(id, e, link, sp); err != nil {
+		if spared {
+			m.returnSpare(sp)
+		}
 		return nil, err
 	}
-	e.sb = Sandbox{ID: id, Mode: p.Mode, NetNSPath: m.netnsPath(id), Ports: m.ports}
 
 	var undo []func() error
 	defer func() {
@@ -311,17 +337,26 @@ func (m *Manager) Setup(ctx context.Context, id string, p egress.Policy) (_ *San
 		err = fmt.Errorf("setting up network of sandbox %s: %w", id, err)
 	}()
 
-	nsh, err := createNetNS(e.sb.NetNSPath)
+	if spared {
+		err = m.moveNetNS(sp, e.sb.NetNSPath)
+		if err != nil {
+			m.destroySpare(sp)
+		}
+	} else {
+		err = m.makeNetNS(e.sb.NetNSPath, e.slot)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer nsh.Close()
 	undo = append(undo, func() error { return removeNetNS(e.sb.NetNSPath) })
+	if link {
+		undo = append(undo, func() error { return m.deleteLink(e.sb.HostIface) })
+	}
 	if err := m.step("netns"); err != nil {
 		return nil, err
 	}
-	if p.Mode != egress.ModeNone {
-		if err := m.setupLink(e, nsh, &undo); err != nil {
+	if link {
+		if err := m.nameLink(e); err != nil {
 			return nil, err
 		}
 		if err := m.nft.applySandbox(id, e.sb.HostIface, sandboxRules(e.sb.HostAddr, e.sb.Addr.Addr(), m.ports, p)); err != nil {
@@ -342,18 +377,33 @@ func (m *Manager) Setup(ctx context.Context, id string, p egress.Policy) (_ *San
 			}
 		}
 	}
-	m.log.Debug("network set up", "sandbox_id", id, "mode", string(p.Mode), "iface", e.sb.HostIface,
+	m.log.Debug("network set up", "sandbox_id", id, "mode", string(p.Mode), "iface", e.sb.HostIface, "spare", spared,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000)
 	sb := e.sb
 	return &sb, nil
 }
 
-// setupLink creates and configures the veth pair.
-func (m *Manager) setupLink(e *entry, nsh *netlink.Handle, undo *[]func() error) error {
-	host, addr := m.slotAddrs(e.slot)
-	name := m.ifaceName(e.slot)
-	e.sb.HostIface, e.sb.HostAddr, e.sb.Addr = name, host, netip.PrefixFrom(addr, 30)
-	ns, err := os.Open(e.sb.NetNSPath)
+// makeNetNS creates a namespace at path and, if slot is not -1, the veth
+// pair of that slot: the host end with its address, no IPv6 and no
+// forwarding, eth0 inside with the sandbox's address and a default route.
+// On failure it removes what it made.
+func (m *Manager) makeNetNS(path string, slot int) (err error) {
+	nsh, err := createNetNS(path)
+	if err != nil {
+		return err
+	}
+	defer nsh.Close()
+	if slot < 0 {
+		return nil
+	}
+	name := m.ifaceName(slot)
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.deleteLink(name), removeNetNS(path))
+		}
+	}()
+	host, addr := m.slotAddrs(slot)
+	ns, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening netns: %w", err)
 	}
@@ -366,23 +416,15 @@ func (m *Manager) setupLink(e *entry, nsh *netlink.Handle, undo *[]func() error)
 	if err := m.nl.LinkAdd(veth); err != nil {
 		return fmt.Errorf("creating veth %s: %w", name, err)
 	}
-	*undo = append(*undo, func() error { return m.deleteLink(name) })
 	if err := m.step("veth"); err != nil {
 		return err
-	}
-	// The alias carries the sandbox id, so List finds the interface after
-	// a restart. (The kernel ignores an alias given at creation.) An
-	// interface left without one by a crash right here is an orphan that
-	// Reconcile removes.
-	if err := m.nl.LinkSetAlias(veth, e.sb.ID); err != nil {
-		return fmt.Errorf("naming %s: %w", name, err)
 	}
 	// No IPv6 on the host end: no link-local address, no neighbor
 	// discovery, nothing for the sandbox to reach over IPv6.
 	if err := writeSysctl("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil {
 		return err
 	}
-	if err := setForwarding(name, needsForwarding(e.policy)); err != nil {
+	if err := setForwarding(name, false); err != nil {
 		return err
 	}
 	if err := m.nl.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(host, 30))}); err != nil {
@@ -395,7 +437,7 @@ func (m *Manager) setupLink(e *entry, nsh *netlink.Handle, undo *[]func() error)
 	if err != nil {
 		return fmt.Errorf("finding eth0 in netns: %w", err)
 	}
-	if err := nsh.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(e.sb.Addr)}); err != nil {
+	if err := nsh.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(addr, 30))}); err != nil {
 		return fmt.Errorf("adding %s to eth0: %w", addr, err)
 	}
 	if err := nsh.LinkSetUp(eth); err != nil {
@@ -405,6 +447,23 @@ func (m *Manager) setupLink(e *entry, nsh *netlink.Handle, undo *[]func() error)
 		return fmt.Errorf("adding default route: %w", err)
 	}
 	return m.step("addr")
+}
+
+// nameLink gives e's veth (made by makeNetNS for e.slot) to the sandbox:
+// the alias carries the sandbox id, so that List finds the interface after
+// a restart (the kernel ignores an alias given at creation; an interface
+// left without one by a crash is an orphan that Reconcile removes), and
+// forwarding follows the policy.
+func (m *Manager) nameLink(e *entry) error {
+	name := e.sb.HostIface
+	l, err := m.nl.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", name, err)
+	}
+	if err := m.nl.LinkSetAlias(l, e.sb.ID); err != nil {
+		return fmt.Errorf("naming %s: %w", name, err)
+	}
+	return setForwarding(name, needsForwarding(e.policy))
 }
 
 // setForwarding turns IPv4 forwarding on or off for packets arriving on
@@ -435,8 +494,10 @@ func (m *Manager) deleteLink(name string) error {
 	return nil
 }
 
-// reserve registers id and, if needLink, allocates its slot.
-func (m *Manager) reserve(id string, e *entry, needLink bool) error {
+// reserve registers id and, if needLink, gives it a slot: sp's, if sp is
+// a spare with a veth, or else a free one. It fills in e.sb's interface
+// and addresses.
+func (m *Manager) reserve(id string, e *entry, needLink bool, sp spare) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.waitReapedID(id)
@@ -444,23 +505,33 @@ func (m *Manager) reserve(id string, e *entry, needLink bool) error {
 		return errdefs.Errorf(errdefs.ErrAlreadyExists, "network of sandbox %s already exists", id)
 	}
 	if needLink {
-		slot := -1
-		for i := range m.slots {
-			s := (m.next + i) % m.slots
-			if _, taken := m.used[s]; !taken {
-				slot = s
-				break
+		slot := sp.slot
+		if slot < 0 {
+			var err error
+			if slot, err = m.allocSlot(); err != nil {
+				return fmt.Errorf("sandbox %s: %w", id, err)
 			}
 		}
-		if slot < 0 {
-			return errdefs.Errorf(errdefs.ErrResourceExhausted, "no free address in %v for sandbox %s", m.cfg.Subnet, id)
-		}
 		m.used[slot] = id
-		m.next = (slot + 1) % m.slots
 		e.slot = slot
+		host, addr := m.slotAddrs(slot)
+		e.sb.HostIface, e.sb.HostAddr, e.sb.Addr = m.ifaceName(slot), host, netip.PrefixFrom(addr, 30)
 	}
 	m.sandboxes[id] = e
 	return nil
+}
+
+// allocSlot finds a free slot; the caller holds m.mu and records its
+// owner in m.used.
+func (m *Manager) allocSlot() (int, error) {
+	for i := range m.slots {
+		s := (m.next + i) % m.slots
+		if _, taken := m.used[s]; !taken {
+			m.next = (s + 1) % m.slots
+			return s, nil
+		}
+	}
+	return -1, errdefs.Errorf(errdefs.ErrResourceExhausted, "no free address in %v", m.cfg.Subnet)
 }
 
 // release forgets id and frees its slot.
@@ -706,7 +777,7 @@ func (m *Manager) Reconcile(ctx context.Context, keep map[string]egress.Policy) 
 		return fmt.Errorf("reconciling networks: listing links: %w", err)
 	}
 	for _, l := range links {
-		if a := l.Attrs(); m.ownsIface(a.Name) && !validID(a.Alias) {
+		if a := l.Attrs(); m.ownsIface(a.Name) && !validID(a.Alias) && !m.spareIface(a.Name) {
 			errs = append(errs, m.deleteLink(a.Name))
 		}
 	}
@@ -787,6 +858,7 @@ func (m *Manager) adopt(ctx context.Context, id, iface string, p egress.Policy) 
 // sandboxes that outlive the daemon stay confined. It does not tear
 // sandboxes down.
 func (m *Manager) Close(ctx context.Context) error {
+	m.removeSpares(true)
 	m.waitReaped()
 	defer m.nl.Close()
 	ids, err := m.List(ctx)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -68,19 +69,37 @@ func linkNames(t *testing.T, h *netlink.Handle) []string {
 	return out
 }
 
+// TestSetupTeardown checks each mode's network, made in Setup and taken
+// from a spare (spare.go).
 func TestSetupTeardown(t *testing.T) {
+	t.Run("made", func(t *testing.T) { testSetupTeardown(t, false) })
+	t.Run("spare", func(t *testing.T) { testSetupTeardown(t, true) })
+}
+
+func testSetupTeardown(t *testing.T, spares bool) {
 	cfg := testConfig(t)
 	fe := newFakeEgress()
 	cfg.Egress = fe
+	if spares {
+		cfg.Spares = 1
+		cfg.SpareDelay = time.Hour // the test makes them itself
+	}
 	m := newTestManager(t, cfg)
 	ctx := t.Context()
 
 	for _, mode := range []egress.Mode{egress.ModeNone, egress.ModeAllowlist, egress.ModeOpen} {
 		t.Run(string(mode), func(t *testing.T) {
 			id := "sb-" + string(mode)
+			var sp spare
+			if spares {
+				sp = makeSpares(t, m, mode != egress.ModeNone)
+			}
 			sb, err := m.Setup(ctx, id, egress.Policy{Mode: mode})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if spares {
+				checkSpareTaken(t, m, sp, sb)
 			}
 			if sb.NetNSPath != cfg.StateDir+"/netns/"+id {
 				t.Errorf("NetNSPath = %s", sb.NetNSPath)
@@ -149,8 +168,47 @@ func TestSetupTeardown(t *testing.T) {
 				t.Errorf("egress still attached")
 			}
 			m.waitReaped()
+			m.removeSpares(false)
 			assertClean(t, cfg, false)
 		})
+	}
+}
+
+// makeSpares has m make its spares of every kind at once and returns the
+// one Setup with link will take.
+func makeSpares(t testing.TB, m *Manager, link bool) spare {
+	t.Helper()
+	m.mu.Lock()
+	m.spareWanted = [2]bool{true, true}
+	m.mu.Unlock()
+	m.refillSpares()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ready := m.spares[spareKind(link)]
+	if len(ready) != m.cfg.Spares {
+		t.Fatalf("%d spares ready, want %d", len(ready), m.cfg.Spares)
+	}
+	return ready[len(ready)-1]
+}
+
+// checkSpareTaken checks that sb was made from sp: sp's namespace mount is
+// gone from its own path, sb's interface is sp's, and no spare of its kind
+// is left (the refill waits for SpareDelay).
+func checkSpareTaken(t *testing.T, m *Manager, sp spare, sb *Sandbox) {
+	t.Helper()
+	if _, err := os.Stat(m.netnsPath(sp.name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("spare namespace %s still there: %v", sp.name, err)
+	}
+	if sp.slot >= 0 && sb.HostIface != m.ifaceName(sp.slot) {
+		t.Errorf("interface %s, want the spare's %s", sb.HostIface, m.ifaceName(sp.slot))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.spares[spareKind(sp.slot >= 0)]); n != m.cfg.Spares-1 {
+		t.Errorf("%d spares left, want %d", n, m.cfg.Spares-1)
+	}
+	if sp.slot >= 0 && m.used[sp.slot] != sb.ID {
+		t.Errorf("slot %d belongs to %q, want %s", sp.slot, m.used[sp.slot], sb.ID)
 	}
 }
 
@@ -199,8 +257,14 @@ func TestSetupRollback(t *testing.T) {
 	cfg.Egress = fe
 	m := newTestManager(t, cfg)
 	ctx := t.Context()
-	for _, step := range []string{"netns", "veth", "addr", "nft", "egress"} {
+	for _, step := range []string{"netns", "veth", "addr", "nft", "egress", "nft from a spare"} {
 		t.Run(step, func(t *testing.T) {
+			step, spared := strings.CutSuffix(step, " from a spare")
+			if spared {
+				m.cfg.Spares = 1
+				defer func() { m.cfg.Spares = 0 }()
+				makeSpares(t, m, true)
+			}
 			injected := errors.New("injected failure")
 			m.fail = func(s string) error {
 				if s == step {
@@ -213,6 +277,7 @@ func TestSetupRollback(t *testing.T) {
 			if !errors.Is(err, injected) {
 				t.Fatalf("Setup: %v, want the injected failure", err)
 			}
+			m.removeSpares(false)
 			assertClean(t, cfg, false)
 			if ids := fe.ids(); len(ids) != 0 {
 				t.Errorf("egress still attached: %v", ids)

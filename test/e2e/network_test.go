@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -270,6 +271,22 @@ func testNetworkManySandboxes(t *testing.T, storage, runtime string) {
 	if out, code := w.sh(t, ids[0], "wget -qO- http://example.test/"); code != 0 || nettest.Field(out, "server") != "a" {
 		t.Errorf("first sandbox: code %d, %q", code, out)
 	}
+	// Once the daemon has made spare networks (--network-spares), a
+	// create of each kind takes one, and works as well.
+	for _, p := range []*corral.NetworkPolicy{{AllowDomains: []string{"example.test"}}, {Mode: "none"}} {
+		deadline := time.Now().Add(10 * time.Second)
+		for readySpares(d.Logs(), p.Mode != "none") == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		id := w.create(t, corral.CreateOptions{Network: p}).ID
+		ids = append(ids, id)
+		if !regexp.MustCompile(`msg="network set up" sandbox_id=` + id + ` .*spare=true`).MatchString(d.Logs()) {
+			t.Errorf("sandbox %s (%s) was not given a spare network; logs:\n%s", id, p.Mode, d.Logs())
+		}
+	}
+	if out, code := w.sh(t, ids[len(ids)-2], "wget -qO- http://example.test/; wget -qO- http://other.test/"); nettest.Field(out, "server") != "a" || code == 0 {
+		t.Errorf("sandbox on a spare network: code %d, %q", code, out)
+	}
 	start := time.Now()
 	for _, id := range ids {
 		if err := d.Client.Delete(t.Context(), id); err != nil {
@@ -277,4 +294,23 @@ func testNetworkManySandboxes(t *testing.T, storage, runtime string) {
 		}
 	}
 	t.Logf("deleted %d sandboxes in %s", len(ids), time.Since(start))
+}
+
+// readySpares counts from a daemon's debug log the spare networks of one
+// kind (with a veth, or not) made and not yet taken.
+func readySpares(logs string, link bool) int {
+	made := regexp.MustCompile(`msg="spare network made" .*slot=(-?\d+)`).FindAllStringSubmatch(logs, -1)
+	taken := regexp.MustCompile(`msg="network set up" .*mode=(\w+) .*spare=true`).FindAllStringSubmatch(logs, -1)
+	n := 0
+	for _, m := range made {
+		if (m[1] != "-1") == link {
+			n++
+		}
+	}
+	for _, m := range taken {
+		if (m[1] != "none") == link {
+			n--
+		}
+	}
+	return n
 }
