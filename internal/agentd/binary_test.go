@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/seccomp"
 	"github.com/corralrun/corral/internal/testutil"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -180,6 +182,52 @@ func TestAgentBinaryStartupError(t *testing.T) {
 	}
 	if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
 		t.Fatalf("exit: %v", err)
+	}
+}
+
+// With --seccomp the agent installs the filter on itself before it reports
+// ready, and every process it starts inherits it; a program it cannot
+// decode or install stops the start-up.
+func TestAgentBinarySeccomp(t *testing.T) {
+	prog, err := seccomp.Compile(seccomp.Profile(seccomp.Options{Arch: runtime.GOARCH}))
+	if err != nil {
+		t.Skipf("no seccomp compiler here: %v", err)
+	}
+	for _, bad := range []string{"not base64!", seccomp.Encode(prog[:3])} {
+		p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", "--seccomp="+bad)
+		if !strings.HasPrefix(p.ready, "error: ") {
+			t.Errorf("program %.20q: ready fd said %q, want an error", bad, p.ready)
+		}
+		if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
+			t.Errorf("program %.20q: exit %v, want 1", bad, err)
+		}
+	}
+
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", "--seccomp="+seccomp.Encode(prog))
+	if p.ready != "ok\n" {
+		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
+	if err != nil || !bytes.Contains(status, []byte("\nSeccomp:\t2\n")) {
+		t.Errorf("agent's own status: %v\n%s", err, status)
+	}
+	// Every thread, not only the one that installed it.
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/task/" + task.Name() + "/status")
+		if !bytes.Contains(b, []byte("\nSeccomp:\t2\n")) {
+			t.Errorf("agent thread %s has no filter", task.Name())
+		}
+	}
+	res, err := runExec(t.Context(), p.client, wire.ExecRequest{Shell: "grep '^Seccomp:' /proc/self/status; unshare -U true && echo unshared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(res.stdout); !strings.HasPrefix(out, "Seccomp:\t2\n") || strings.Contains(out, "unshared") {
+		t.Errorf("process under the agent: %q, stderr %q", out, res.stderr)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("agent exit code %d", code)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/seccomp"
 )
 
 // Main runs the agent with command-line args (without "agent") and returns
@@ -31,6 +33,7 @@ func Main(args []string) int {
 	listenFD := fl.Int("listen-fd", -1, "inherited `fd` of a listening stream socket to serve on")
 	readyFD := fl.Int("ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
 	dial := fl.String("dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
+	filter := fl.String("seccomp", "", "seccomp `program` (base64) to install on the agent and everything it starts, first thing")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -54,6 +57,15 @@ func Main(args []string) int {
 		}
 		ready.Close()
 		ready = nil
+	}
+	// The filter goes on before anything else: no process of the
+	// sandbox but this one, at this point, ever runs without it.
+	if *filter != "" {
+		if err := installSeccomp(*filter); err != nil {
+			log.Error("agent start-up failed", "error", err)
+			report("error: " + err.Error() + "\n")
+			return 1
+		}
 	}
 
 	var ln net.Listener
@@ -206,4 +218,14 @@ func version() string {
 		return bi.Main.Version
 	}
 	return ""
+}
+
+// installSeccomp decodes and installs the seccomp program the driver
+// passed (--seccomp).
+func installSeccomp(encoded string) error {
+	prog, err := seccomp.Decode(encoded)
+	if err != nil {
+		return err
+	}
+	return seccomp.Install(prog)
 }

@@ -43,6 +43,22 @@ type Host struct {
 	// DenyIoctls are ioctl requests refused inside every sandbox besides
 	// the built-in ones (seccomp.Options.DenyIoctls).
 	DenyIoctls []uint64
+	// InitSeccomp, when set, is the seccomp profile compiled and encoded
+	// (seccomp.Compile, seccomp.Encode): the agent installs it before it
+	// serves or starts anything, and the spec names no profile for the
+	// runtime to compile. Empty leaves the profile to the runtime.
+	InitSeccomp string
+}
+
+// CompileSeccomp compiles h's seccomp profile for the agent to install
+// (Host.InitSeccomp). It fails where seccomp.Compile does, on
+// architectures it has no table for.
+func (h Host) CompileSeccomp() (string, error) {
+	prog, err := seccomp.Compile(seccomp.Profile(seccomp.Options{Arch: h.Arch, DenyIoctls: h.DenyIoctls}))
+	if err != nil {
+		return "", err
+	}
+	return seccomp.Encode(prog), nil
 }
 
 // UserNS places one sandbox in its own user namespace: container IDs
@@ -186,6 +202,10 @@ func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 			ReadonlyPaths: append([]string(nil), readonlyPaths...),
 			Seccomp:       seccomp.Profile(seccomp.Options{Arch: h.Arch, DenyIoctls: h.DenyIoctls}),
 		},
+	}
+	if h.InitSeccomp != "" {
+		spec.Linux.Seccomp = nil
+		spec.Process.Args = append(spec.Process.Args, "--seccomp="+h.InitSeccomp)
 	}
 	if u.Size > 0 {
 		// "uidMappings (array of objects, OPTIONAL) describes the user

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/corralrun/corral/internal/driver"
@@ -77,5 +78,29 @@ func TestUpdateResources(t *testing.T) {
 	r := updateResources(driver.Resources{MemoryBytes: 100, MilliCPUs: 500}, h)
 	if *r.Memory.Limit != 100 || *r.Memory.Swap != 100 || *r.CPU.Quota != 50000 || *r.Pids.Limit != -1 {
 		t.Errorf("updateResources = mem %d swap %d quota %d pids %d", *r.Memory.Limit, *r.Memory.Swap, *r.CPU.Quota, *r.Pids.Limit)
+	}
+}
+
+// With the filter compiled for the agent, the spec names no profile for
+// runc and the agent's argv carries the program.
+func TestOCISpecInitSeccomp(t *testing.T) {
+	h := Host{AgentPath: "/a", CgroupParent: "/p", Arch: "amd64", DenyIoctls: []uint64{0x50009401}}
+	if s := OCISpec(driver.Spec{ID: "abc", RootFS: "/r"}, h, UserNS{}); s.Linux.Seccomp == nil || len(s.Process.Args) != len(agentArgs) {
+		t.Fatalf("without InitSeccomp: seccomp %v, args %v", s.Linux.Seccomp != nil, s.Process.Args)
+	}
+	prog, err := h.CompileSeccomp()
+	if err != nil {
+		t.Skipf("no seccomp compiler here: %v", err)
+	}
+	h.InitSeccomp = prog
+	s := OCISpec(driver.Spec{ID: "abc", RootFS: "/r"}, h, UserNS{})
+	if s.Linux.Seccomp != nil {
+		t.Error("the spec still names a profile for runc")
+	}
+	if want := append(slices.Clone(agentArgs), "--seccomp="+prog); !slices.Equal(s.Process.Args, want) {
+		t.Errorf("args %v", s.Process.Args)
+	}
+	if !s.Process.NoNewPrivileges {
+		t.Error("no_new_privs is off: the agent could not install the filter")
 	}
 }

@@ -1,0 +1,183 @@
+package seccomp
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Compile turns a profile of Profile's shape into the classic BPF program
+// that seccomp(2) installs, so that the sandbox's init can install it
+// itself (Install) instead of runc compiling the profile with libseccomp
+// in `runc init`, which costs 3-4 ms per sandbox here (docs/BENCHMARKS.md).
+//
+// It takes what Profile makes and refuses anything else: default action
+// allow; the native architecture only; rules with action errno whose
+// conditions are masked-equal tests, all of which must hold (several
+// rules for one call: any). A call name the architecture does not have is
+// skipped, as libseccomp does. The program behaves as libseccomp's does:
+//
+//   - a call through another ABI (another architecture token, or an x32
+//     number, 0x40000000 and up, but not -1) kills the process;
+//   - a call with rules: the first rule whose conditions hold returns its
+//     errno, otherwise it is allowed;
+//   - any other call is allowed.
+//
+// Compile fails on architectures it has no system-call table for.
+func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
+	if sysNums == nil {
+		return nil, errors.New("seccomp: no system-call table for this architecture")
+	}
+	if p.DefaultAction != specs.ActAllow {
+		return nil, fmt.Errorf("seccomp: default action %s, want %s", p.DefaultAction, specs.ActAllow)
+	}
+	if !slices.Equal(p.Architectures, []specs.Arch{nativeArch}) {
+		return nil, fmt.Errorf("seccomp: architectures %v, want only %s", p.Architectures, nativeArch)
+	}
+	// The rules of each call, in the profile's order.
+	rules := map[int][]specs.LinuxSyscall{}
+	for _, s := range p.Syscalls {
+		if s.Action != specs.ActErrno || s.ErrnoRet == nil || *s.ErrnoRet > unix.SECCOMP_RET_DATA {
+			return nil, fmt.Errorf("seccomp: rule for %v: want action %s with an errno", s.Names, specs.ActErrno)
+		}
+		for _, a := range s.Args {
+			if a.Op != specs.OpMaskedEqual || a.Index > 5 {
+				return nil, fmt.Errorf("seccomp: rule for %v: condition %s on argument %d not supported", s.Names, a.Op, a.Index)
+			}
+		}
+		for _, name := range s.Names {
+			nr, ok := sysNums[name]
+			if !ok {
+				return nil, fmt.Errorf("seccomp: unknown system call %q", name)
+			}
+			if nr >= 0 {
+				rules[nr] = append(rules[nr], s)
+			}
+		}
+	}
+
+	var prog []unix.SockFilter
+	emit := func(code uint16, k uint32, jt, jf uint8) {
+		prog = append(prog, unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k})
+	}
+	const (
+		ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+		kill  = unix.SECCOMP_RET_KILL_PROCESS
+	)
+	emit(ldAbs, 4, 0, 0) // seccomp_data.arch
+	emit(jeq, auditArch, 1, 0)
+	emit(ret, kill, 0, 0)
+	emit(ldAbs, 0, 0, 0) // seccomp_data.nr
+	if x32Bit != 0 {
+		// Number -1 is no call (tracers use it to skip one) and is
+		// allowed to fail with ENOSYS, as libseccomp does.
+		emit(jge, x32Bit, 0, 2)
+		emit(jeq, 0xffffffff, 1, 0)
+		emit(ret, kill, 0, 0)
+	}
+	nrs := make([]int, 0, len(rules))
+	for nr := range rules {
+		nrs = append(nrs, nr)
+	}
+	slices.Sort(nrs)
+	for _, nr := range nrs {
+		block := ruleBlock(rules[nr])
+		if len(block) > 255 {
+			return nil, fmt.Errorf("seccomp: rules for system call %d too long for one jump (%d instructions)", nr, len(block))
+		}
+		emit(jeq, uint32(nr), 0, uint8(len(block)))
+		prog = append(prog, block...)
+	}
+	emit(ret, unix.SECCOMP_RET_ALLOW, 0, 0)
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program of %d instructions, more than %d", len(prog), unix.BPF_MAXINSNS)
+	}
+	return prog, nil
+}
+
+// ruleBlock is the code for one call's rules, entered with its number
+// loaded: each rule tests its conditions, the accumulator holding one
+// 32-bit half of an argument at a time, and returns its errno if all
+// hold; a failed test jumps to the next rule; after the last, allow.
+func ruleBlock(rules []specs.LinuxSyscall) []unix.SockFilter {
+	var out []unix.SockFilter
+	for _, r := range rules {
+		// The tests of this rule, each a load, a mask and a compare
+		// whose false branch leaves the rule.
+		type test struct{ off, mask, value uint32 }
+		var tests []test
+		for _, a := range r.Args {
+			off := uint32(16 + 8*a.Index) // args[i], little-endian: low half first
+			tests = append(tests, test{off, uint32(a.Value), uint32(a.ValueTwo)})
+			if a.Value>>32 != 0 || a.ValueTwo>>32 != 0 {
+				tests = append(tests, test{off + 4, uint32(a.Value >> 32), uint32(a.ValueTwo >> 32)})
+			}
+		}
+		n := len(tests)
+		for i, t := range tests {
+			// After this compare: the remaining tests (3 each) and
+			// the rule's return lie between it and the next rule.
+			skip := uint8(3*(n-1-i) + 1)
+			out = append(out,
+				unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: t.off},
+				unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: t.mask},
+				unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: t.value, Jt: 0, Jf: skip},
+			)
+		}
+		out = append(out, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(*r.ErrnoRet)})
+	}
+	return append(out, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW})
+}
+
+// Encode and Decode carry a program on a command line: base64 of its
+// instructions, 8 bytes each (code, jt, jf, k; little-endian).
+func Encode(prog []unix.SockFilter) string {
+	b := make([]byte, 0, 8*len(prog))
+	for _, f := range prog {
+		b = binary.LittleEndian.AppendUint16(b, f.Code)
+		b = append(b, f.Jt, f.Jf)
+		b = binary.LittleEndian.AppendUint32(b, f.K)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// Decode reverses Encode.
+func Decode(s string) ([]unix.SockFilter, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b) == 0 || len(b)%8 != 0 || len(b)/8 > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: malformed program (%d bytes): %v", len(b), err)
+	}
+	prog := make([]unix.SockFilter, len(b)/8)
+	for i := range prog {
+		c := b[8*i:]
+		prog[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(c), Jt: c[2], Jf: c[3], K: binary.LittleEndian.Uint32(c[4:])}
+	}
+	return prog, nil
+}
+
+// Install installs prog as a seccomp filter on every thread of the calling
+// process (SECCOMP_FILTER_FLAG_TSYNC) and on all it starts from then on.
+// The process must have no_new_privs set (runc sets it for the sandbox's
+// init) or CAP_SYS_ADMIN.
+func Install(prog []unix.SockFilter) error {
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	if errno != 0 {
+		return fmt.Errorf("installing seccomp filter: %w", errno)
+	}
+	if r != 0 {
+		// With TSYNC, a positive result is the ID of a thread that
+		// could not be synchronized.
+		return fmt.Errorf("installing seccomp filter: thread %d could not take it", r)
+	}
+	return nil
+}
