@@ -109,6 +109,7 @@ type Driver struct {
 	stateDir  string
 	boxesDir  string
 	mountDir  string
+	holder    string // the user namespace holder's program (holder.go)
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
@@ -194,10 +195,13 @@ func New(cfg Config) (*Driver, error) {
 	} else if n > 0 {
 		d.log.Info("cleared stale user namespace slots", "cleared", n)
 	}
-	// newUserNS re-executes this binary as an unprivileged user.
-	if fi, err := os.Stat("/proc/self/exe"); err != nil || fi.Mode().Perm()&0o001 == 0 {
+	// newUserNS execs the holder as an unprivileged user.
+	if d.holder, err = installHolder(cfg.MountDir); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(d.holder); err != nil || fi.Mode().Perm()&0o001 == 0 {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
-			"this executable must be executable by other users (mode o+x): it runs unprivileged to make user namespaces")
+			"%s must be executable by other users (mode o+x): it runs unprivileged to make user namespaces", d.holder)
 	}
 	return d, nil
 }
@@ -262,7 +266,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		if err != nil {
 			return err
 		}
-		ns, err := newUserNS(ownerID(n))
+		ns, err := newUserNS(d.holder, ownerID(n))
 		if err != nil {
 			return err
 		}

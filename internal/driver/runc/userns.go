@@ -245,22 +245,22 @@ func bindRoot(src, dst string) error { return ocirt.Bind(src, dst) }
 // host root (see the constants above).
 //
 // The owner is whoever creates the namespace, so the creating clone runs
-// on a thread switched to the owner's IDs (asHostID). The child execs
-// this executable with an argument it rejects and exits at once; its
-// zombie keeps the namespace reachable at /proc/<pid>/ns/user until Close
-// reaps it. Cost: about 1.5 ms, almost all of it the fork and exec.
+// on a thread switched to the owner's IDs (asHostID). The child execs the
+// holder program (holder.go), which exits at once; its zombie keeps the
+// namespace reachable at /proc/<pid>/ns/user until Close reaps it, and
+// the daemon writes the ID maps of the zombie's namespace. Cost: under a
+// millisecond, almost all of it the fork and exec.
 type userNS struct {
 	Fd   int
 	Path string
 	cmd  *exec.Cmd
 }
 
-// newUserNS makes a namespace owned by host user owner. /proc/self/exe is
-// used because the child does not run as host root: a path through
-// directories only root may search would fail to exec, the magic link
-// does not.
-func newUserNS(owner uint32) (*userNS, error) {
-	cmd := exec.Command("/proc/self/exe", "--corral-userns-holder")
+// newUserNS makes a namespace owned by host user owner, execing holder
+// (see installHolder) in it. The child does not run as host root, so
+// holder must be reachable through directories any user may search.
+func newUserNS(holder string, owner uint32) (*userNS, error) {
+	cmd := exec.Command(holder)
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL}
 	if err := asHostID(owner, cmd.Start); err != nil {
