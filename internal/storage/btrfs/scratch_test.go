@@ -28,7 +28,7 @@ func TestScratchDir(t *testing.T) {
 	if names, err := b.Templates(t.Context()); err != nil || len(names) != 0 {
 		t.Fatalf("templates after ScratchDir: %v, %v", names, err)
 	}
-	for _, name := range []string{"", "templates", "roots", "seed", "..", "a/b"} {
+	for _, name := range []string{"", "templates", "roots", "seed", "spares", "..", "a/b"} {
 		if _, err := b.ScratchDir(name); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("ScratchDir(%q) = %v, want invalid argument", name, err)
 		}
