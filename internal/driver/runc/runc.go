@@ -109,7 +109,7 @@ type Driver struct {
 	stateDir  string
 	boxesDir  string
 	mountDir  string
-	holder    string // the user namespace holder's program (holder.go)
+	holder    string // the user namespace holder's program, if any (holder.go)
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
@@ -199,9 +199,13 @@ func New(cfg Config) (*Driver, error) {
 	if d.holder, err = installHolder(cfg.MountDir); err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(d.holder); err != nil || fi.Mode().Perm()&0o001 == 0 {
+	exe := d.holder
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	if fi, err := os.Stat(exe); err != nil || fi.Mode().Perm()&0o001 == 0 {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
-			"%s must be executable by other users (mode o+x): it runs unprivileged to make user namespaces", d.holder)
+			"%s must be executable by other users (mode o+x): it runs unprivileged to make user namespaces", exe)
 	}
 	return d, nil
 }

@@ -244,29 +244,51 @@ func bindRoot(src, dst string) error { return ocirt.Bind(src, dst) }
 // path instead of making one, because a namespace runc makes is owned by
 // host root (see the constants above).
 //
-// The owner is whoever creates the namespace, so the creating clone runs
-// on a thread switched to the owner's IDs (asHostID). The child execs the
-// holder program (holder.go), which exits at once; its zombie keeps the
-// namespace reachable at /proc/<pid>/ns/user until Close reaps it, and
-// the daemon writes the ID maps of the zombie's namespace. Cost: under a
-// millisecond, almost all of it the fork and exec.
+// The owner is whoever creates the namespace, so the holder starts on a
+// thread switched to the owner's IDs (asHostID). It makes the namespace
+// and exits at once (holder.go); its zombie keeps the namespace reachable
+// at /proc/<pid>/ns/user until Close reaps it, and the daemon writes the
+// ID maps of the zombie's namespace. Cost: under a millisecond, almost all
+// of it the fork and exec.
 type userNS struct {
 	Fd   int
 	Path string
 	cmd  *exec.Cmd
 }
 
-// newUserNS makes a namespace owned by host user owner, execing holder
-// (see installHolder) in it. The child does not run as host root, so
-// holder must be reachable through directories any user may search.
+// newUserNS makes a namespace owned by host user owner. holder is the
+// program that makes it (installHolder); when empty, the child is cloned
+// into a new namespace and re-executes this binary, through /proc/self/exe
+// because a path through directories only root may search would fail to
+// exec. Either way the child does not run as host root: holder must be
+// reachable through directories any user may search.
 func newUserNS(holder string, owner uint32) (*userNS, error) {
-	cmd := exec.Command(holder)
+	var cmd *exec.Cmd
+	if holder != "" {
+		cmd = exec.Command(holder)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	} else {
+		cmd = exec.Command("/proc/self/exe", "--corral-userns-holder")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL}
+	}
 	cmd.Env = []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL}
 	if err := asHostID(owner, cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting user namespace holder: %w", err)
 	}
 	ns := &userNS{Fd: -1, Path: "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user", cmd: cmd}
+	if holder != "" {
+		// Until it has exited, it may not have made the namespace yet.
+		// WNOWAIT leaves the zombie in place.
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+			ns.Close()
+			return nil, fmt.Errorf("waiting for user namespace holder: %w", err)
+		}
+		if err := checkNewUserNS(ns.Path); err != nil {
+			ns.Close()
+			return nil, err
+		}
+	}
 	// "The writing process must have the CAP_SETUID (CAP_SETGID)
 	// capability in the parent user namespace" to map more than its own
 	// ID: the daemon (host root) writes the maps, not the holder.
@@ -285,6 +307,22 @@ func newUserNS(holder string, owner uint32) (*userNS, error) {
 	}
 	ns.Fd = fd
 	return ns, nil
+}
+
+// checkNewUserNS fails if the namespace at path is the daemon's own: the
+// holder's unshare failed (its exit status, not read here, is the errno).
+func checkNewUserNS(path string) error {
+	var ours, theirs unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/user", &ours); err != nil {
+		return fmt.Errorf("checking user namespace: %w", err)
+	}
+	if err := unix.Stat(path, &theirs); err != nil {
+		return fmt.Errorf("checking user namespace: %w", err)
+	}
+	if ours.Ino == theirs.Ino && ours.Dev == theirs.Dev {
+		return errors.New("the user namespace holder could not make a namespace (unshare failed; see user.max_user_namespaces)")
+	}
+	return nil
 }
 
 // asHostID runs f on a locked OS thread whose real, effective and file
