@@ -73,17 +73,7 @@ func TestInstallHolder(t *testing.T) {
 // TestNewUserNS makes a namespace the way Create does and checks its owner
 // and ID map, and that Close reaps the holder.
 func TestNewUserNS(t *testing.T) {
-	testutil.RequiresRoot(t)
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	holder, err := installHolder(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := installTestHolder(t)
 	// The fallback re-executes this test binary, which refuses the
 	// argument and exits: as good a holder.
 	for name, h := range map[string]string{"program": holder, "reexec": ""} {
@@ -125,17 +115,7 @@ func testNewUserNS(t *testing.T, holder string) {
 // BenchmarkNewUserNS makes and closes user namespaces with the holder
 // program, and with the fallback that re-executes this (test) binary.
 func BenchmarkNewUserNS(b *testing.B) {
-	testutil.RequiresRoot(b)
-	dir := b.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			b.Fatal(err)
-		}
-	}
-	holder, err := installHolder(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	holder := installTestHolder(b)
 	for name, h := range map[string]string{"program": holder, "reexec": ""} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
@@ -147,4 +127,22 @@ func BenchmarkNewUserNS(b *testing.B) {
 			}
 		})
 	}
+}
+
+// installTestHolder installs the holder program in a directory that every
+// user can search, as MountDir is.
+func installTestHolder(t testing.TB) string {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := installHolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holder
 }
