@@ -231,6 +231,53 @@ func TestAgentBinarySeccomp(t *testing.T) {
 	}
 }
 
+// With --limits the agent writes each FILE=VALUE line of the file before
+// it reports ready; a file it cannot read or write, or a malformed line,
+// stops the start-up.
+func TestAgentBinaryLimits(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "pids.max"), filepath.Join(dir, "memory.limit_in_bytes")
+	for _, f := range []string{a, b} {
+		if err := os.WriteFile(f, []byte("max"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	limits := func(content string) string {
+		n++
+		f := filepath.Join(dir, "limits"+strconv.Itoa(n))
+		if err := os.WriteFile(f, []byte(content), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		return "--limits=" + f
+	}
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", limits(a+"=128\n"+b+"=268435456\n"))
+	if p.ready != "ok\n" {
+		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
+	}
+	for f, want := range map[string]string{a: "128", b: "268435456"} {
+		if got, err := os.ReadFile(f); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %s", f, got, err, want)
+		}
+	}
+	p.stop(t)
+
+	for name, arg := range map[string]string{
+		"unwritable file": limits(filepath.Join(dir, "no", "such") + "=1\n"),
+		"relative file":   limits("pids.max=1\n"),
+		"no value":        limits(a + "\n"),
+		"no limits file":  "--limits=" + filepath.Join(dir, "missing"),
+	} {
+		p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", arg)
+		if !strings.HasPrefix(p.ready, "error: ") {
+			t.Errorf("%s: ready fd said %q, want an error", name, p.ready)
+		}
+		if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
+			t.Errorf("%s: exit %v, want 1", name, err)
+		}
+	}
+}
+
 // As PID 1 of fresh PID and network namespaces the agent brings up
 // loopback, reaps orphans, and still reports each exec's status.
 func TestAgentBinaryAsInit(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ func Main(args []string) int {
 	readyFD := fl.Int("ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
 	dial := fl.String("dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
 	filter := fl.String("seccomp", "", "seccomp `program` (base64) to install on the agent and everything it starts, first thing")
+	limits := fl.String("limits", "", "`file` of FILE=VALUE lines, each a file to write before serving, such as a cgroup limit inside gVisor")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -59,9 +61,17 @@ func Main(args []string) int {
 		ready = nil
 	}
 	// The filter goes on before anything else: no process of the
-	// sandbox but this one, at this point, ever runs without it.
+	// sandbox but this one, at this point, ever runs without it. Then the
+	// limits, before any process can be started.
 	if *filter != "" {
 		if err := installSeccomp(*filter); err != nil {
+			log.Error("agent start-up failed", "error", err)
+			report("error: " + err.Error() + "\n")
+			return 1
+		}
+	}
+	if *limits != "" {
+		if err := writeLimits(*limits); err != nil {
 			log.Error("agent start-up failed", "error", err)
 			report("error: " + err.Error() + "\n")
 			return 1
@@ -228,4 +238,26 @@ func installSeccomp(encoded string) error {
 		return err
 	}
 	return seccomp.Install(prog)
+}
+
+// writeLimits writes each FILE=VALUE line of the file path (--limits).
+func writeLimits(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading limits: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			continue
+		}
+		file, value, ok := strings.Cut(line, "=")
+		if !ok || !strings.HasPrefix(file, "/") {
+			return fmt.Errorf("limits: want absolute FILE=VALUE lines, got %q", line)
+		}
+		if err := os.WriteFile(file, []byte(value), 0); err != nil {
+			return fmt.Errorf("writing limit: %w", err)
+		}
+	}
+	return nil
 }

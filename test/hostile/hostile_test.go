@@ -149,7 +149,7 @@ var wantProbes = map[string]string{
 	"write-proc-sys-hostname": "EROFS", "write-sysrq-trigger": "fails", "lower-oom-score": "EACCES",
 	"sethostname": "EPERM", "chroot": "EPERM",
 	// getpid through the i386 (int 0x80) and x32 ABIs: the filter covers
-	// the native ABI only and kills the thread that uses another.
+	// the native ABI only and kills the process that uses another.
 	"i386-abi": "killed", "x32-abi": "killed",
 }
 
@@ -157,10 +157,6 @@ var wantProbes = map[string]string{
 // reason that keeps the host out of reach.
 func gvisorProbes() map[string]string {
 	m := maps.Clone(wantProbes)
-	// The gVisor driver leaves out the rule that answers ENOSYS (gVisor
-	// would answer EPERM, and glibc falls back to clone(2) on ENOSYS
-	// only); gVisor's kernel rejects the empty argument.
-	m["clone3"] = "EINVAL"
 	// gVisor's own answers: no persona query, an I/O error for the
 	// read-only file.
 	m["personality-query"] = "EINVAL"
@@ -168,9 +164,6 @@ func gvisorProbes() map[string]string {
 	// The score is gVisor's own: the host's OOM killer sees the Sentry's
 	// (500), which nothing inside can reach.
 	m["lower-oom-score"] = "ok"
-	// gVisor's kernel implements the native ABI only.
-	m["i386-abi"] = "ENOSYS"
-	m["x32-abi"] = "ENOSYS"
 	return m
 }
 

@@ -69,11 +69,15 @@
 //
 // # Confinement
 //
-// The spec is the runc driver's (capabilities, no_new_privs, seccomp
-// profile, rlimits, ID mapping of templates with shifted owners), applied
-// by gVisor inside its kernel (--oci-seccomp). gVisor answers every
-// SCMP_ACT_ERRNO rule with EPERM, so the one rule that asks for another
-// errno (clone3, ENOSYS) is left out (spec.go).
+// The spec is the runc driver's (capabilities, no_new_privs, rlimits, ID
+// mapping of templates with shifted owners), applied by gVisor inside its
+// kernel. The seccomp profile is compiled once, as for runc, and the agent
+// installs it inside gVisor, which runs seccomp filters for its processes
+// as Linux does. Where Corral cannot compile it, runsc applies the spec's
+// (--oci-seccomp), answering every SCMP_ACT_ERRNO rule with EPERM, so the
+// one rule that asks for another errno (clone3, ENOSYS) is left out there
+// (spec.go). The agent also writes the sandbox's pids and memory limits
+// inside gVisor before it serves (limits.go).
 //
 // # Processes
 //

@@ -52,6 +52,7 @@ const (
 	pidFile    = "sandbox.pid"
 	runDir     = "run"
 	socketFile = "agent.sock"
+	limitsFile = "limits" // in runDir, read by the agent (agentd --limits)
 )
 
 // Config configures a Driver.
@@ -187,13 +188,20 @@ func New(cfg Config) (*Driver, error) {
 		// The agent dials its socket on the host (see the package
 		// documentation); the sandbox sees no other host socket.
 		"--host-uds=open",
-		// Apply the spec's seccomp profile inside gVisor, as runc does
-		// on the host.
-		"--oci-seccomp",
 		// The Sentry sizes GOMAXPROCS, and so its threads and every stub
 		// process's, by the CPU quota instead of the host's CPUs.
 		"--cpu-num-from-quota",
 	}}
+	// The agent installs the seccomp filter inside gVisor, compiled once
+	// here, as it does under runc: runsc's --oci-seccomp costs about 30
+	// ms of every create (docs/BENCHMARKS.md). Where Corral cannot
+	// compile the profile, runsc applies the spec's.
+	if prog, err := d.host.CompileSeccomp(); err == nil {
+		d.host.InitSeccomp = prog
+	} else {
+		d.log.Info("runsc applies the seccomp profile", "reason", err)
+		d.cli.Flags = append(d.cli.Flags, "--oci-seccomp")
+	}
 	for _, dir := range []string{d.stateDir, d.boxesDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("creating gvisor driver directory: %w", err)
@@ -359,6 +367,13 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 	if err := d.makeCgroup(id, spec.Resources); err != nil {
 		return err
 	}
+	// A new agent writes the limits inside gVisor before it serves. A
+	// restored one does not start again: its limits are written through
+	// it below. The file is there either way, for the spec (which names
+	// it) to be the checkpointed one's.
+	if err := writeLimitsFile(filepath.Join(d.box(id), runDir, limitsFile), innerLimitFiles(spec.Resources, false)); err != nil {
+		return err
+	}
 	oci := ociSpec(boxed, host, userns, filepath.Join(d.box(id), runDir))
 	config, err := json.MarshalIndent(oci, "", "\t")
 	if err != nil {
@@ -382,8 +397,10 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 		return err
 	}
 	connected := time.Now()
-	if err := d.setInnerLimits(ctx, id, spec.Resources, false); err != nil {
-		return err
+	if image != "" {
+		if err := d.setInnerLimits(ctx, id, spec.Resources, false); err != nil {
+			return err
+		}
 	}
 	d.log.Debug(doing+" sandbox", "sandbox_id", id, "pid", pid,
 		"duration_ms", time.Since(began).Milliseconds(), "runsc_ms", ran.Sub(began).Milliseconds(),

@@ -165,14 +165,13 @@ const innerCgroup = "/sys/fs/cgroup"
 // memory.limit_in_bytes (PAGE_COUNTER_MAX pages).
 const innerUnlimited = "9223372036854771712"
 
-// setInnerLimits writes r's pids and memory limits into the sandbox's
-// cgroup inside gVisor, through the agent's file API: gVisor enforces
-// pids.max itself (a fork past it fails with EAGAIN, where a full host
-// pids limit crashes the Sentry), and memory.limit_in_bytes is what
-// programs read to size themselves. Zero fields are left alone unless
-// lift is set, when they are written as unlimited. Cost: one round trip
-// through the agent per file, a few milliseconds.
-func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resources, lift bool) error {
+// innerLimitFiles are the files inside gVisor that hold r's pids and
+// memory limits, with their values: gVisor enforces pids.max itself (a
+// fork past it fails with EAGAIN, where a full host pids limit crashes
+// the Sentry), and memory.limit_in_bytes is what programs read to size
+// themselves. Zero fields are left out unless lift is set, when they are
+// written as unlimited.
+func innerLimitFiles(r driver.Resources, lift bool) [][2]string {
 	var files [][2]string
 	if r.Pids > 0 || lift {
 		v := "max"
@@ -188,6 +187,29 @@ func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resourc
 		}
 		files = append(files, [2]string{path.Join(innerCgroup, "memory", "memory.limit_in_bytes"), v})
 	}
+	return files
+}
+
+// writeLimitsFile writes files, as FILE=VALUE lines, to path, for a new
+// sandbox's agent to write inside gVisor before it serves (agentd
+// --limits): about 10 ms less per create than setInnerLimits.
+func writeLimitsFile(path string, files [][2]string) error {
+	var b strings.Builder
+	for _, f := range files {
+		b.WriteString(f[0] + "=" + f[1] + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o444); err != nil {
+		return fmt.Errorf("writing limits for the agent: %w", err)
+	}
+	return nil
+}
+
+// setInnerLimits writes r's limits inside gVisor (innerLimitFiles)
+// through the agent's file API, for a running or restored sandbox; a new
+// one's agent writes them itself before it serves (writeLimitsFile).
+// Cost: one round trip through the agent per file, a few milliseconds.
+func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resources, lift bool) error {
+	files := innerLimitFiles(r, lift)
 	if len(files) == 0 {
 		return nil
 	}

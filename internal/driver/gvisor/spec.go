@@ -18,11 +18,18 @@ var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest,
 // ociSpec returns the OCI runtime configuration of sandbox s: the runc
 // driver's (the same capabilities, seccomp profile, rlimits, mounts and
 // ID mapping u, which runsc applies inside gVisor), with the agent dialing
-// out through runDir, mounted read-only at RunDest. It is a pure function
-// of its arguments.
+// out through runDir, mounted read-only at RunDest, where it also finds
+// the limits to write inside gVisor before it serves (limitsFile). The
+// agent installs the seccomp filter itself when h.InitSeccomp is set. The
+// argv is the same for every sandbox of a daemon, as restoring a
+// checkpoint into another sandbox needs. It is a pure function of its
+// arguments.
 func ociSpec(s driver.Spec, h runc.Host, u runc.UserNS, runDir string) *specs.Spec {
 	spec := runc.OCISpec(s, h, u)
-	spec.Process.Args = slices.Clone(agentArgs)
+	spec.Process.Args = append(slices.Clone(agentArgs), "--limits="+path.Join(RunDest, limitsFile))
+	if h.InitSeccomp != "" {
+		spec.Process.Args = append(spec.Process.Args, "--seccomp="+h.InitSeccomp)
+	}
 	// runc leaves them to the runc driver in a user namespace; gVisor
 	// applies them itself.
 	spec.Process.Rlimits = runc.Rlimits(h)

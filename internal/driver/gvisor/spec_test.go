@@ -29,16 +29,21 @@ func TestOCISpecGolden(t *testing.T) {
 		Arch: "amd64", OpenFiles: 4096, DenyIoctls: []uint64{0x50009401, 0x5000940e}}
 	userns := runc.UserNS{HostID: 1 << 31, Size: 65536}
 	const runDir = "/var/lib/corral/gvisor/sandboxes/sb-1/run"
+	// The agent installs the filter.
+	agentConfined := host
+	agentConfined.InitSeccomp = "FILTER"
 	tests := []struct {
 		name string
 		spec driver.Spec
+		host runc.Host
 	}{
-		{"userns", spec},
-		{"network-userns", networked},
+		{"userns", spec, host},
+		{"network-userns", networked, host},
+		{"agent-seccomp", spec, agentConfined},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := json.MarshalIndent(ociSpec(tt.spec, host, userns, runDir), "", "\t")
+			got, err := json.MarshalIndent(ociSpec(tt.spec, tt.host, userns, runDir), "", "\t")
 			if err != nil {
 				t.Fatal(err)
 			}
