@@ -89,19 +89,78 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 		nrs = append(nrs, nr)
 	}
 	slices.Sort(nrs)
-	for _, nr := range nrs {
-		block := ruleBlock(rules[nr])
-		if len(block) > 255 {
-			return nil, fmt.Errorf("seccomp: rules for system call %d too long for one jump (%d instructions)", nr, len(block))
-		}
-		emit(jeq, uint32(nr), 0, uint8(len(block)))
-		prog = append(prog, block...)
+	// A search over the numbers with rules, whose leaves jump to each
+	// number's rule block, which follow it: an allowed call, by far the
+	// most common, runs about ten instructions instead of one compare
+	// per number with rules. (Linux caches the answer for calls that are
+	// always allowed; gVisor runs the filter on every call.)
+	tree, jumps, err := searchTree(nrs)
+	if err != nil {
+		return nil, err
 	}
-	emit(ret, unix.SECCOMP_RET_ALLOW, 0, 0)
+	base := len(prog)
+	prog = append(prog, tree...)
+	blockAt := map[int]int{}
+	for _, nr := range nrs {
+		blockAt[nr] = len(prog)
+		prog = append(prog, ruleBlock(rules[nr])...)
+	}
+	for _, j := range jumps {
+		at := base + j.at
+		prog[at].K = uint32(blockAt[j.nr] - (at + 1))
+	}
 	if len(prog) > unix.BPF_MAXINSNS {
 		return nil, fmt.Errorf("seccomp: program of %d instructions, more than %d", len(prog), unix.BPF_MAXINSNS)
 	}
 	return prog, nil
+}
+
+// leafSize is the most numbers a leaf of searchTree compares one by one.
+const leafSize = 4
+
+// blockJump is an unconditional jump at index at of a searchTree to the
+// rule block of number nr, to be pointed at it once the blocks are laid
+// out after the tree.
+type blockJump struct{ at, nr int }
+
+// searchTree returns code that, with a call's number loaded, finds it
+// among nrs (sorted) by halving: each leaf compares up to leafSize
+// numbers and jumps (BPF_JA, whose offset has 32 bits) to the matching
+// number's block, or allows the call. Conditional jumps have 8-bit
+// offsets; a tree too large for them is an error.
+func searchTree(nrs []int) ([]unix.SockFilter, []blockJump, error) {
+	if len(nrs) <= leafSize {
+		var out []unix.SockFilter
+		var jumps []blockJump
+		for _, nr := range nrs {
+			out = append(out, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: uint32(nr), Jt: 0, Jf: 1})
+			jumps = append(jumps, blockJump{at: len(out), nr: nr})
+			out = append(out, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JA})
+		}
+		return append(out, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}), jumps, nil
+	}
+	mid := len(nrs) / 2
+	left, leftJumps, err := searchTree(nrs[:mid])
+	if err != nil {
+		return nil, nil, err
+	}
+	right, rightJumps, err := searchTree(nrs[mid:])
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(left) > 255 {
+		return nil, nil, fmt.Errorf("seccomp: too many system calls with rules (%d) for one program", len(nrs))
+	}
+	out := []unix.SockFilter{{Code: unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K, K: uint32(nrs[mid]), Jt: uint8(len(left)), Jf: 0}}
+	out = append(out, left...)
+	jumps := leftJumps
+	for i := range jumps {
+		jumps[i].at++
+	}
+	for _, j := range rightJumps {
+		jumps = append(jumps, blockJump{at: j.at + len(out), nr: j.nr})
+	}
+	return append(out, right...), jumps, nil
 }
 
 // ruleBlock is the code for one call's rules, entered with its number

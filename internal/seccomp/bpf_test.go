@@ -18,6 +18,13 @@ import (
 // other, on a jump out of the program and on falling off its end.
 func run(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32, args ...uint64) uint32 {
 	t.Helper()
+	ret, _ := interpret(t, prog, arch, nr, args...)
+	return ret
+}
+
+// interpret is run, also returning how many instructions ran.
+func interpret(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32, args ...uint64) (ret uint32, steps int) {
+	t.Helper()
 	var data [64]byte
 	binary.LittleEndian.PutUint32(data[0:], uint32(nr))
 	binary.LittleEndian.PutUint32(data[4:], arch)
@@ -26,6 +33,7 @@ func run(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32, args ...ui
 	}
 	var acc uint32
 	for pc := 0; pc < len(prog); pc++ {
+		steps++
 		f := prog[pc]
 		switch f.Code {
 		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
@@ -45,14 +53,16 @@ func run(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32, args ...ui
 			} else {
 				pc += int(f.Jf)
 			}
+		case unix.BPF_JMP | unix.BPF_JA:
+			pc += int(f.K)
 		case unix.BPF_RET | unix.BPF_K:
-			return f.K
+			return f.K, steps
 		default:
 			t.Fatalf("pc %d: instruction %#x not modelled", pc, f.Code)
 		}
 	}
 	t.Fatal("fell off the end of the program")
-	return 0
+	return 0, steps
 }
 
 // TestCompileMatchesProfile runs the compiled profile on every call it
@@ -73,6 +83,18 @@ func TestCompileMatchesProfile(t *testing.T) {
 		for _, a := range s.Args {
 			for _, v := range []uint64{a.Value, a.ValueTwo} {
 				interesting = append(interesting, v, v|1, v&^1, v|1<<32, v^0xffffffff)
+			}
+		}
+	}
+	// Every other number is allowed, whatever its arguments.
+	named := map[int]bool{}
+	for _, nr := range sysNums {
+		named[nr] = true
+	}
+	for nr := range 1024 {
+		if !named[nr] {
+			if got := run(t, prog, unix.AUDIT_ARCH_X86_64, int32(nr), ^uint64(0), 0xffffffff); got != unix.SECCOMP_RET_ALLOW {
+				t.Fatalf("call %d = %#x, want allowed", nr, got)
 			}
 		}
 	}
@@ -162,17 +184,55 @@ func TestCompileRefuses(t *testing.T) {
 			t.Errorf("%s: compiled", name)
 		}
 	}
-	// Too many rules for one call do not fit the 8-bit jumps.
-	p := base()
+}
+
+// TestCompileLongBlock: a call's rules may take more instructions than an
+// 8-bit jump spans; the search reaches its block with a long jump.
+func TestCompileLongBlock(t *testing.T) {
+	eperm := uint(unix.EPERM)
+	p := &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: []specs.Arch{specs.ArchX86_64}}
 	for i := range 100 {
-		p.Syscalls = append(p.Syscalls, maskedRule("ioctl", 1, 0xffffffff, uint64(i)))
-		p.Syscalls[i].Action, p.Syscalls[i].ErrnoRet = specs.ActErrno, &eperm
+		r := maskedRule("ioctl", 1, 0xffffffff, uint64(i))
+		r.Action, r.ErrnoRet = specs.ActErrno, &eperm
+		p.Syscalls = append(p.Syscalls, r)
 	}
-	if _, err := Compile(p); err == nil {
-		t.Error("100 rules for one call compiled")
+	r := maskedRule("mount", 0, 0, 0)
+	r.Action, r.ErrnoRet = specs.ActErrno, &eperm
+	p.Syscalls = append(p.Syscalls, r)
+	prog, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		nr   int32
+		arg  uint64
+		want uint32
+	}{
+		{unix.SYS_IOCTL, 57, unix.SECCOMP_RET_ERRNO | uint32(eperm)},
+		{unix.SYS_IOCTL, 100, unix.SECCOMP_RET_ALLOW},
+		{unix.SYS_MOUNT, 0, unix.SECCOMP_RET_ERRNO | uint32(eperm)},
+		{unix.SYS_GETPID, 0, unix.SECCOMP_RET_ALLOW},
+	} {
+		if got := run(t, prog, unix.AUDIT_ARCH_X86_64, tt.nr, 0, tt.arg); got != tt.want {
+			t.Errorf("call %d (_, %d) = %#x, want %#x", tt.nr, tt.arg, got, tt.want)
+		}
 	}
 }
 
+// TestCompileShort checks that an allowed call runs few instructions: the
+// search over the numbers with rules, not a compare per number.
+func TestCompileShort(t *testing.T) {
+	prog, err := Compile(Profile(Options{Arch: "amd64"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nr := range []int32{unix.SYS_READ, unix.SYS_WRITE, unix.SYS_MMAP, unix.SYS_FUTEX, unix.SYS_EPOLL_PWAIT, 400} {
+		ret, n := interpret(t, prog, unix.AUDIT_ARCH_X86_64, nr)
+		if ret != unix.SECCOMP_RET_ALLOW || n > 16 {
+			t.Errorf("call %d: %#x after %d instructions, want allowed after at most 16", nr, ret, n)
+		}
+	}
+}
 func TestEncodeDecode(t *testing.T) {
 	prog, err := Compile(Profile(Options{Arch: "amd64"}))
 	if err != nil {
