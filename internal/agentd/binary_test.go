@@ -203,7 +203,25 @@ func TestAgentBinarySeccomp(t *testing.T) {
 		}
 	}
 
-	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", "--seccomp="+seccomp.Encode(prog))
+	// The program may also come in a file (gVisor).
+	file := filepath.Join(t.TempDir(), "seccomp")
+	if err := os.WriteFile(file, []byte(seccomp.Encode(prog)), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{"--seccomp-file=" + file + ".missing", "--seccomp-file=" + filepath.Dir(file)} {
+		p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", arg)
+		if !strings.HasPrefix(p.ready, "error: ") {
+			t.Errorf("%s: ready fd said %q, want an error", arg, p.ready)
+		}
+		p.cmd.Wait()
+	}
+	for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
+		t.Run(strings.SplitN(arg, "=", 2)[0], func(t *testing.T) { testAgentSeccomp(t, arg) })
+	}
+}
+
+func testAgentSeccomp(t *testing.T, arg string) {
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", arg)
 	if p.ready != "ok\n" {
 		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
 	}

@@ -35,6 +35,7 @@ func Main(args []string) int {
 	readyFD := fl.Int("ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
 	dial := fl.String("dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
 	filter := fl.String("seccomp", "", "seccomp `program` (base64) to install on the agent and everything it starts, first thing")
+	filterFile := fl.String("seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
 	limits := fl.String("limits", "", "`file` of FILE=VALUE lines, each a file to write before serving, such as a cgroup limit inside gVisor")
 	if err := fl.Parse(args); err != nil {
 		return 2
@@ -63,6 +64,15 @@ func Main(args []string) int {
 	// The filter goes on before anything else: no process of the
 	// sandbox but this one, at this point, ever runs without it. Then the
 	// limits, before any process can be started.
+	if *filterFile != "" {
+		b, err := os.ReadFile(*filterFile)
+		if err != nil {
+			log.Error("agent start-up failed", "error", err)
+			report("error: " + err.Error() + "\n")
+			return 1
+		}
+		*filter = string(b)
+	}
 	if *filter != "" {
 		if err := installSeccomp(*filter); err != nil {
 			log.Error("agent start-up failed", "error", err)

@@ -116,21 +116,21 @@ func (m *Manager) refillSpares() {
 	}
 	m.spareRunning = true
 	m.mu.Unlock()
+	failed := false
 	defer func() {
 		m.mu.Lock()
 		m.spareRunning = false
+		// A Setup that took a spare after the last count, and whose
+		// timer went off while this round ran, is served by another.
+		if !failed && m.shortKind() >= 0 {
+			m.scheduleSpares()
+		}
 		m.reapCond.Broadcast()
 		m.mu.Unlock()
 	}()
 	for {
 		m.mu.Lock()
-		k := -1
-		for kind, wanted := range m.spareWanted {
-			if wanted && len(m.spares[kind]) < m.cfg.Spares {
-				k = kind
-				break
-			}
-		}
+		k := m.shortKind()
 		closed := m.closed
 		m.mu.Unlock()
 		if k < 0 || closed {
@@ -139,7 +139,10 @@ func (m *Manager) refillSpares() {
 		start := time.Now()
 		sp, err := m.makeSpare(k == 1)
 		if err != nil {
-			m.log.Warn("making a spare network", "error", err)
+			failed = true
+			if !errors.Is(err, errNoRoom) {
+				m.log.Warn("making a spare network", "error", err)
+			}
 			return
 		}
 		m.log.Debug("spare network made", "name", sp.name, "slot", sp.slot, "duration_ms", float64(time.Since(start).Microseconds())/1000)
@@ -149,12 +152,31 @@ func (m *Manager) refillSpares() {
 	}
 }
 
+// shortKind returns a kind that Setup asked for and that has fewer than
+// Config.Spares spares, or -1. The caller holds m.mu.
+func (m *Manager) shortKind() int {
+	for kind, wanted := range m.spareWanted {
+		if wanted && len(m.spares[kind]) < m.cfg.Spares {
+			return kind
+		}
+	}
+	return -1
+}
+
+// errNoRoom stops the making of spares with a veth when few addresses are
+// left: spares must not hold the last ones while Setup needs one.
+var errNoRoom = errors.New("too few free addresses for a spare")
+
 // makeSpare makes one spare network, with a veth if link.
 func (m *Manager) makeSpare(link bool) (spare, error) {
 	m.mu.Lock()
 	m.spareSeq++
 	sp := spare{name: fmt.Sprintf("%s%d", sparePrefix, m.spareSeq), slot: -1}
 	if link {
+		if m.slots-len(m.used) <= m.cfg.Spares {
+			m.mu.Unlock()
+			return sp, errNoRoom
+		}
 		slot, err := m.allocSlot()
 		if err != nil {
 			m.mu.Unlock()

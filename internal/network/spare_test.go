@@ -2,11 +2,15 @@ package network
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/errdefs"
 )
 
 // TestSparesRefill checks the automatic part: a kind is made once Setup
@@ -100,5 +104,36 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSparesLeaveAddresses: spares with a veth are not made when only
+// Config.Spares addresses are left, so that they never hold the
+// addresses Setup needs.
+func TestSparesLeaveAddresses(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Subnet = netip.PrefixFrom(cfg.Subnet.Addr(), 28) // four sandboxes
+	cfg.Spares = 2
+	cfg.SpareDelay = time.Hour
+	m := newTestManager(t, cfg)
+	ctx := t.Context()
+	makeSpares(t, m, true)
+	for i := range 4 {
+		if _, err := m.Setup(ctx, fmt.Sprintf("sb%d", i), egress.Policy{Mode: egress.ModeAllowlist}); err != nil {
+			t.Fatalf("Setup %d of 4: %v", i, err)
+		}
+		m.refillSpares()
+		m.mu.Lock()
+		free := m.slots - len(m.used)
+		m.mu.Unlock()
+		if n := m.spareCount(1); n > 0 && free < cfg.Spares {
+			t.Errorf("after Setup %d: %d spares made, %d addresses left", i, n, free)
+		}
+	}
+	if n := m.spareCount(1); n != 0 {
+		t.Errorf("%d spares hold addresses of a full subnet", n)
+	}
+	if _, err := m.Setup(ctx, "sb4", egress.Policy{Mode: egress.ModeAllowlist}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("fifth Setup: %v, want resource exhausted", err)
 	}
 }

@@ -47,12 +47,13 @@ const RunDest = "/.corral/run"
 
 // Files in a sandbox directory.
 const (
-	configFile = "config.json"
-	logFile    = "agent.log"
-	pidFile    = "sandbox.pid"
-	runDir     = "run"
-	socketFile = "agent.sock"
-	limitsFile = "limits" // in runDir, read by the agent (agentd --limits)
+	configFile  = "config.json"
+	logFile     = "agent.log"
+	pidFile     = "sandbox.pid"
+	runDir      = "run"
+	socketFile  = "agent.sock"
+	limitsFile  = "limits"  // in runDir, read by the agent (agentd --limits)
+	seccompFile = "seccomp" // in runDir, read by the agent (agentd --seccomp-file)
 )
 
 // Config configures a Driver.
@@ -373,6 +374,11 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 	// it) to be the checkpointed one's.
 	if err := writeLimitsFile(filepath.Join(d.box(id), runDir, limitsFile), innerLimitFiles(spec.Resources, false)); err != nil {
 		return err
+	}
+	if host.InitSeccomp != "" {
+		if err := os.WriteFile(filepath.Join(d.box(id), runDir, seccompFile), []byte(host.InitSeccomp), 0o444); err != nil {
+			return fmt.Errorf("writing the seccomp program for the agent: %w", err)
+		}
 	}
 	oci := ociSpec(boxed, host, userns, filepath.Join(d.box(id), runDir))
 	config, err := json.MarshalIndent(oci, "", "\t")

@@ -19,16 +19,17 @@ var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest,
 // driver's (the same capabilities, seccomp profile, rlimits, mounts and
 // ID mapping u, which runsc applies inside gVisor), with the agent dialing
 // out through runDir, mounted read-only at RunDest, where it also finds
-// the limits to write inside gVisor before it serves (limitsFile). The
-// agent installs the seccomp filter itself when h.InitSeccomp is set. The
-// argv is the same for every sandbox of a daemon, as restoring a
+// the limits to write inside gVisor before it serves (limitsFile) and,
+// when h.InitSeccomp is set, the seccomp program to install first
+// (seccompFile; start writes both). The argv is the same for every
+// sandbox, whatever its limits or the daemon's profile, as restoring a
 // checkpoint into another sandbox needs. It is a pure function of its
 // arguments.
 func ociSpec(s driver.Spec, h runc.Host, u runc.UserNS, runDir string) *specs.Spec {
 	spec := runc.OCISpec(s, h, u)
 	spec.Process.Args = append(slices.Clone(agentArgs), "--limits="+path.Join(RunDest, limitsFile))
 	if h.InitSeccomp != "" {
-		spec.Process.Args = append(spec.Process.Args, "--seccomp="+h.InitSeccomp)
+		spec.Process.Args = append(spec.Process.Args, "--seccomp-file="+path.Join(RunDest, seccompFile))
 	}
 	// runc leaves them to the runc driver in a user namespace; gVisor
 	// applies them itself.

@@ -1,9 +1,9 @@
 package runc
 
 import (
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,86 +12,80 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
-// TestInstallHolder checks the holder program: it runs and exits 0, as
-// any user, and installing it again keeps a good copy and replaces a bad
-// one.
-func TestInstallHolder(t *testing.T) {
-	if holderProgram() == nil {
-		t.Skip("no holder program on this architecture: /proc/self/exe is used")
-	}
-	dir := t.TempDir()
-	// Searchable by every user, as MountDir is (the temporary
-	// directory's parent is not).
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path, err := installHolder(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if path != filepath.Join(dir, holderName) {
-		t.Fatalf("path %s", path)
-	}
-	// It makes a user namespace and exits 0.
-	if out, err := exec.Command(path).CombinedOutput(); err != nil || len(out) != 0 {
+// TestHolderProgram checks the holder program: it runs from its sealed
+// memfd and exits 0, as any user, and nobody can change it.
+func TestHolderProgram(t *testing.T) {
+	holder := openTestHolder(t)
+	if out, err := holderCommand(holder).CombinedOutput(); err != nil || len(out) != 0 {
 		t.Fatalf("running the holder: %v, output %q", err, out)
 	}
 	// As the owner of a sandbox's namespace would.
-	if os.Geteuid() == 0 {
-		if err := asHostID(ownerID(7), func() error { return exec.Command(path).Run() }); err != nil {
-			t.Fatalf("running the holder as host user %d: %v", ownerID(7), err)
-		}
+	if err := asHostID(ownerID(7), holderCommand(holder).Run); err != nil {
+		t.Fatalf("running the holder as host user %d: %v", ownerID(7), err)
 	}
-	fi, _ := os.Stat(path)
-	if err := os.WriteFile(path, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+	if _, err := holder.WriteAt([]byte{0x90}, 120); err == nil {
+		t.Error("the holder's memfd took a write")
+	}
+}
+
+// TestHolderNoexecMountDir: the holder does not live in MountDir, so a
+// MountDir on a noexec file system (as /run often is) still works.
+func TestHolderNoexecMountDir(t *testing.T) {
+	testutil.RequiresRoot(t)
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := installHolder(dir); err != nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, "mode=0711"); err != nil {
 		t.Fatal(err)
 	}
-	if err := exec.Command(path).Run(); err != nil {
-		t.Fatalf("the replaced holder: %v", err)
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	e := newEnv(t)
+	d := e.newDriver(t, func(c *Config) { c.MountDir, c.UserNamespaces = dir, true })
+	if d.holder == nil {
+		t.Fatal("no holder program")
 	}
-	again, _ := os.Stat(path)
-	if _, err := installHolder(dir); err != nil {
+	rootfs := testutil.BusyboxRootfs(t)
+	if err := d.PrepareTemplate(rootfs); err != nil {
 		t.Fatal(err)
 	}
-	if now, _ := os.Stat(path); !os.SameFile(now, again) || again.Mode() != fi.Mode() || fi.Mode().Perm() != 0o755 {
-		t.Errorf("a good holder was replaced, or the mode changed: %v %v", fi.Mode(), again.Mode())
+	ctx := t.Context()
+	if err := d.Create(ctx, driver.Spec{ID: "noexec", RootFS: rootfs}); err != nil {
+		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("left in the directory: %v", entries)
+	defer d.Delete(ctx, "noexec")
+	if out, err := execOnce(ctx, d, "noexec", "cat /proc/self/uid_map"); err != nil || !strings.Contains(out, strconv.Itoa(idBase)) {
+		t.Errorf("uid_map in the sandbox: %q, %v", out, err)
 	}
 }
 
 // TestNewUserNS makes a namespace the way Create does and checks its owner
 // and ID map, and that Close reaps the holder.
 func TestNewUserNS(t *testing.T) {
-	holder := installTestHolder(t)
+	holder := openTestHolder(t)
 	// The fallback re-executes this test binary, which refuses the
 	// argument and exits: as good a holder.
-	for name, h := range map[string]string{"program": holder, "reexec": ""} {
+	for name, h := range map[string]*os.File{"program": holder, "reexec": nil} {
 		t.Run(name, func(t *testing.T) { testNewUserNS(t, h) })
 	}
-	// The daemon's own namespace is refused as a holder's.
-	if err := checkNewUserNS("/proc/self/ns/user"); err == nil {
-		t.Error("checkNewUserNS accepted the daemon's own namespace")
+	// The daemon's own namespace is refused as a holder's, with the
+	// holder's errno.
+	if err := checkNewUserNS("/proc/self/ns/user", int(unix.ENOSPC)); !errors.Is(err, unix.ENOSPC) {
+		t.Errorf("checkNewUserNS of the daemon's own namespace: %v, want ENOSPC", err)
 	}
 }
 
-func testNewUserNS(t *testing.T, holder string) {
+func testNewUserNS(t *testing.T, holder *os.File) {
 	ns, err := newUserNS(holder, ownerID(7))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid := ns.cmd.Process.Pid
-	if err := checkNewUserNS(ns.Path); err != nil {
+	if err := checkNewUserNS(ns.Path, 0); err != nil {
 		t.Error(err)
 	}
 	const nsGetOwnerUID = 0xb704 // _IO(0xb7, 0x4)
@@ -115,8 +109,8 @@ func testNewUserNS(t *testing.T, holder string) {
 // BenchmarkNewUserNS makes and closes user namespaces with the holder
 // program, and with the fallback that re-executes this (test) binary.
 func BenchmarkNewUserNS(b *testing.B) {
-	holder := installTestHolder(b)
-	for name, h := range map[string]string{"program": holder, "reexec": ""} {
+	holder := openTestHolder(b)
+	for name, h := range map[string]*os.File{"program": holder, "reexec": nil} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				ns, err := newUserNS(h, ownerID(7))
@@ -129,20 +123,17 @@ func BenchmarkNewUserNS(b *testing.B) {
 	}
 }
 
-// installTestHolder installs the holder program in a directory that every
-// user can search, as MountDir is.
-func installTestHolder(t testing.TB) string {
+// openTestHolder opens the holder program, which the test closes.
+func openTestHolder(t testing.TB) *os.File {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
+	if holderProgram() == nil {
+		t.Skip("no holder program on this architecture")
 	}
-	holder, err := installHolder(dir)
+	holder, err := openHolder()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { holder.Close() })
 	return holder
 }

@@ -109,7 +109,7 @@ type Driver struct {
 	stateDir  string
 	boxesDir  string
 	mountDir  string
-	holder    string // the user namespace holder's program, if any (holder.go)
+	holder    *os.File // the user namespace holder's program, if any (holder.go)
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
@@ -195,17 +195,13 @@ func New(cfg Config) (*Driver, error) {
 	} else if n > 0 {
 		d.log.Info("cleared stale user namespace slots", "cleared", n)
 	}
-	// newUserNS execs the holder as an unprivileged user.
-	if d.holder, err = installHolder(cfg.MountDir); err != nil {
-		return nil, err
-	}
-	exe := d.holder
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	if fi, err := os.Stat(exe); err != nil || fi.Mode().Perm()&0o001 == 0 {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
-			"%s must be executable by other users (mode o+x): it runs unprivileged to make user namespaces", exe)
+	// newUserNS runs the holder as an unprivileged user.
+	if d.holder, err = openHolder(); err != nil {
+		d.log.Info("user namespaces are made by re-executing this binary", "reason", err)
+		if fi, err := os.Stat("/proc/self/exe"); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
+				"this executable must be executable by other users (mode o+x): it runs unprivileged to make user namespaces")
+		}
 	}
 	return d, nil
 }
@@ -218,9 +214,14 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Pause: true, Isolation: "container"}
 }
 
-// Close does nothing: the driver holds no resources besides the
-// sandboxes, which keep running.
-func (d *Driver) Close() error { return nil }
+// Close releases the holder program; sandboxes keep running. The driver
+// cannot create sandboxes afterwards.
+func (d *Driver) Close() error {
+	if d.holder != nil {
+		return d.holder.Close()
+	}
+	return nil
+}
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.boxesDir, id) }
 

@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -257,26 +259,25 @@ type userNS struct {
 }
 
 // newUserNS makes a namespace owned by host user owner. holder is the
-// program that makes it (installHolder); when empty, the child is cloned
-// into a new namespace and re-executes this binary, through /proc/self/exe
+// program that makes it (openHolder); when nil, the child is cloned into a
+// new namespace and re-executes this binary, through /proc/self/exe
 // because a path through directories only root may search would fail to
-// exec. Either way the child does not run as host root: holder must be
-// reachable through directories any user may search.
-func newUserNS(holder string, owner uint32) (*userNS, error) {
+// exec.
+func newUserNS(holder *os.File, owner uint32) (*userNS, error) {
 	var cmd *exec.Cmd
-	if holder != "" {
-		cmd = exec.Command(holder)
+	if holder != nil {
+		cmd = holderCommand(holder)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	} else {
 		cmd = exec.Command("/proc/self/exe", "--corral-userns-holder")
+		cmd.Env = []string{}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL}
 	}
-	cmd.Env = []string{}
 	if err := asHostID(owner, cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting user namespace holder: %w", err)
 	}
 	ns := &userNS{Fd: -1, Path: "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user", cmd: cmd}
-	if holder != "" {
+	if holder != nil {
 		// Until it has exited, it may not have made the namespace yet.
 		// WNOWAIT leaves the zombie in place.
 		var info unix.Siginfo
@@ -284,7 +285,7 @@ func newUserNS(holder string, owner uint32) (*userNS, error) {
 			ns.Close()
 			return nil, fmt.Errorf("waiting for user namespace holder: %w", err)
 		}
-		if err := checkNewUserNS(ns.Path); err != nil {
+		if err := checkNewUserNS(ns.Path, exitStatus(&info)); err != nil {
 			ns.Close()
 			return nil, err
 		}
@@ -309,9 +310,18 @@ func newUserNS(holder string, owner uint32) (*userNS, error) {
 	return ns, nil
 }
 
+// exitStatus is si_status of a CLD_EXITED siginfo from waitid: the exit
+// code. (x/sys/unix leaves the union of siginfo_t unnamed; si_status sits
+// at byte 24 on Linux.)
+func exitStatus(info *unix.Siginfo) int {
+	b := (*[unsafe.Sizeof(*info)]byte)(unsafe.Pointer(info))
+	return int(int32(binary.NativeEndian.Uint32(b[24:28])))
+}
+
 // checkNewUserNS fails if the namespace at path is the daemon's own: the
-// holder's unshare failed (its exit status, not read here, is the errno).
-func checkNewUserNS(path string) error {
+// holder, which exited with status, could not unshare (its status is the
+// errno).
+func checkNewUserNS(path string, status int) error {
 	var ours, theirs unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/user", &ours); err != nil {
 		return fmt.Errorf("checking user namespace: %w", err)
@@ -320,7 +330,7 @@ func checkNewUserNS(path string) error {
 		return fmt.Errorf("checking user namespace: %w", err)
 	}
 	if ours.Ino == theirs.Ino && ours.Dev == theirs.Dev {
-		return errors.New("the user namespace holder could not make a namespace (unshare failed; see user.max_user_namespaces)")
+		return fmt.Errorf("the user namespace holder could not make a namespace: unshare: %w", syscall.Errno(status))
 	}
 	return nil
 }

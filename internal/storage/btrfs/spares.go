@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,12 +100,18 @@ func (b *Backend) fillSpares(ctx context.Context) error {
 	b.sparesMaking += need
 	b.spareMu.Unlock()
 
-	var err error
+	// A stale spare that will not go stays listed, for the next refill
+	// to try again; its prefix keeps it from being taken.
+	var errs []error
 	for _, n := range stale {
-		if err = b.deleteRootSubvol(ctx, b.sparesDir(), n); err != nil {
-			break
+		if derr := b.deleteRootSubvol(ctx, b.sparesDir(), n); derr != nil {
+			errs = append(errs, derr)
+			b.spareMu.Lock()
+			b.spares = append(b.spares, n)
+			b.spareMu.Unlock()
 		}
 	}
+	err := errors.Join(errs...)
 	for ; need > 0 && err == nil; need-- {
 		var name string
 		if name, err = b.makeSpare(); err == nil {
