@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/network/nettest"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -19,7 +20,10 @@ func TestDefaultTemplate(t *testing.T) {
 		t.Skip("set CORRAL_TEST_DEBOOTSTRAP=1 to build the Debian template (minutes, needs the Debian mirror)")
 	}
 	requireHost(t)
-	d := startDaemon(t, "btrfs")
+	// The daemon of a network world: the test's own "internet" answers
+	// for example.test (network_test.go).
+	w := newNetWorld(t, "btrfs", "runc")
+	d := w.d
 	ctx := t.Context()
 	start := time.Now()
 	var log strings.Builder
@@ -53,6 +57,21 @@ func TestDefaultTemplate(t *testing.T) {
 				t.Fatalf("%s: exit %d output %q, want %q", c.shell, res.ExitCode, got, c.want)
 			}
 		})
+	}
+	// Issue 6's check, with the template's real curl: an allowed name is
+	// reached over HTTPS (through the proxy that the daemon's HTTPS_PROXY
+	// names; -k because the test's server has a certificate of the test's
+	// own CA), another name or an address is refused with a clear error.
+	allow := []string{"run", "--network", "allowlist", "--allow-domain", "example.test", "--", "curl", "-sSk"}
+	out, errOut, code = d.corral(append(allow, "https://example.test/")...)
+	if code != 0 || nettest.Field(out, "server") != "a" || nettest.Field(out, "sni") != "example.test" {
+		t.Errorf("curl https://example.test/: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	for _, url := range []string{"https://other.test/", "https://" + w.b + "/"} {
+		out, errOut, code = d.corral(append(allow, url)...)
+		if code == 0 || !strings.Contains(errOut, "403") {
+			t.Errorf("curl %s: code %d stdout %q stderr %q; want a failure naming the proxy's 403", url, code, out, errOut)
+		}
 	}
 	// Two sandboxes of the same template do not see each other's writes.
 	other := d.create(t, corral.CreateOptions{Template: "default"})
