@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/big"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -134,4 +136,28 @@ func redump(dump func() error) error {
 		}
 	}
 	return err
+}
+
+// FreeLoopbackAddr returns a 127.0.0.1 address with a TCP port nothing
+// listens on, for a daemon the test starts to listen on. The port comes
+// from below the kernel's ephemeral range (net.ipv4.ip_local_port_range,
+// 32768 and up by default): a port found free by listening on port 0 and
+// closing is an ephemeral one, which any outgoing connection may take
+// before the daemon binds it; one below the range is only ever taken by
+// an explicit bind.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	for range 100 {
+		n, err := rand.Int(rand.Reader, big.NewInt(32768-20000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+int(n.Int64())))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free loopback port between 20000 and 32767")
+	return ""
 }

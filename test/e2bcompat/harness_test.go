@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,14 +52,8 @@ func startHarness(t *testing.T, runtime string) *harness {
 	testutil.RequiresBinary(t, "node")
 	testutil.RequiresBinary(t, "npm")
 	h := &harness{apiKey: randHex(16), sdkDir: installSDK(t)}
-	// The real daemon serves the facade with --e2b-listen. The port is
-	// picked here: a listener on port 0 tells us a free one.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	// The real daemon serves the facade with --e2b-listen.
+	addr := testutil.FreeLoopbackAddr(t)
 	h.url = "http://" + addr
 	h.Daemon = daemontest.New(t, daemontest.Options{Name: "e2bcompat", Storage: "overlay",
 		Args: []string{"--api-key", h.apiKey, "--e2b-listen", addr, "--runtime", runtime}})

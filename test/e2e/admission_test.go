@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/metrics"
+	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -111,7 +112,7 @@ func TestAdmissionUnderLoad(t *testing.T) {
 // capacity waits in the queue until a sandbox goes; one that finds the
 // queue full gets 503 at once.
 func TestAdmissionPerKeyAndQueue(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeLoopbackAddr(t)
 	d := startDaemon(t, "overlay", "--listen", addr, "--api-key", "secret",
 		"--max-sandboxes", "4", "--max-per-key", "3", "--admission-queue", "1", "--admission-wait", "2m",
 		"--default-memory", "32M")

@@ -392,12 +392,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 // TestTCPNeedsKey: the TCP listener refuses requests without the key, and
 // the daemon refuses to listen on TCP without one.
 func TestTCPNeedsKey(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.FreeLoopbackAddr(t)
 	d := startDaemon(t, "overlay", "--listen", addr, "--api-key", "secret")
 	for _, tt := range []struct {
 		name, header, value string

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -20,7 +21,7 @@ import (
 // events` while a sandbox is created, used and deleted, and scrapes
 // /metrics (behind the API key on TCP) for what that did.
 func TestEventsAndMetrics(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeLoopbackAddr(t)
 	d := startDaemon(t, "overlay", "--listen", addr, "--api-key", "secret")
 	ctx := t.Context()
 

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -100,18 +99,6 @@ func forEachStorage(t *testing.T, f func(t *testing.T, storage string)) {
 	for _, s := range storages() {
 		t.Run(s, func(t *testing.T) { f(t, s) })
 	}
-}
-
-// freeAddr returns a loopback address with a port free at the time of the
-// call, for a daemon's TCP listener.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // logged waits up to 5 s for the daemon's log to hold s n times: the log

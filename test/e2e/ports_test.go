@@ -23,7 +23,7 @@ import (
 // sandbox; the E2B facade's host routing reaches the same ports.
 func TestPorts(t *testing.T) {
 	requireHost(t)
-	addr, e2bAddr := freeAddr(t), freeAddr(t)
+	addr, e2bAddr := testutil.FreeLoopbackAddr(t), testutil.FreeLoopbackAddr(t)
 	extra := []string{"--listen", addr, "--api-key", "portkey", "--e2b-listen", e2bAddr}
 	if _, err := exec.LookPath("runsc"); err == nil {
 		extra = append(extra, "--runtimes", "gvisor")
