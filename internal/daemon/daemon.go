@@ -101,8 +101,9 @@ type Config struct {
 	NetworkPrefix, NetworkTable string
 	// NetworkSpares is how many networks of each kind (mode none, and
 	// with a veth) are made ahead for creates to take (network.Config;
-	// 0: none).
-	NetworkSpares int
+	// 0: none). UserNSSpares is the same for user namespaces of runc
+	// sandboxes (runc.Config).
+	NetworkSpares, UserNSSpares int
 	// DNSUpstreams answer the lookups sandboxes' policies allow
 	// (default: the nameservers of the host's /etc/resolv.conf).
 	DNSUpstreams []netip.AddrPort
@@ -251,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		// ioctls have no other use inside a sandbox.
 		DenyIoctls:     btrfs.SubvolumeIoctls(),
 		UserNamespaces: !cfg.NoUserNamespaces,
+		UserNSSpares:   cfg.UserNSSpares,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting runc driver: %w", err)

@@ -57,6 +57,7 @@ func Main(args []string, version string) int {
 	fs.Var(prefixFlag{&cfg.NetworkSubnet}, "network-subnet", "private IPv4 range for sandbox addresses, a /30 each")
 	fs.Var(upstreamsFlag{&cfg.DNSUpstreams}, "dns-upstream", "DNS server for sandboxes' allowed lookups, ADDRESS[:PORT] (repeatable; default: the nameservers of /etc/resolv.conf)")
 	fs.StringVar(&cfg.NetworkPrefix, "network-prefix", DefaultNetworkPrefix, "name prefix of sandboxes' host-side interfaces (unique per daemon on a host)")
+	fs.IntVar(&cfg.UserNSSpares, "userns-spares", 2, "user namespaces of runc sandboxes made ahead, so that creates skip making one (0: none)")
 	fs.IntVar(&cfg.NetworkSpares, "network-spares", 2, "sandbox networks of each kind (mode none, and with an interface) made ahead, so that creates skip making a namespace and veth (0: none)")
 	fs.StringVar(&cfg.NetworkTable, "nft-table", DefaultNetworkTable, "nftables table (inet) of sandbox rules (unique per daemon on a host)")
 	fs.IntVar(&cfg.Admission.MaxSandboxes, "max-sandboxes", 0, "most sandboxes that may exist or be in creation at once; more creates answer 503 busy (0: no limit)")

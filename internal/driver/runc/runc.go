@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -94,6 +95,10 @@ type Config struct {
 	// made mode 0711, and every directory above it must be searchable by
 	// others.
 	MountDir string
+	// UserNSSpares is how many user namespaces, each with its slot, the
+	// driver keeps made ahead for Create to take (spares.go); 0 makes
+	// each in Create.
+	UserNSSpares int
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -110,6 +115,7 @@ type Driver struct {
 	boxesDir  string
 	mountDir  string
 	holder    *os.File // the user namespace holder's program, if any (holder.go)
+	spares    nsSpares
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
@@ -190,6 +196,12 @@ func New(cfg Config) (*Driver, error) {
 	if err := ocirt.PrepareSearchableDir(cfg.MountDir); err != nil {
 		return nil, err
 	}
+	d.spares.cond = sync.NewCond(&d.spares.mu)
+	// An earlier driver's spares: without their markers their slots are
+	// stale, and the sweep frees them.
+	if err := os.RemoveAll(d.sparesDir()); err != nil {
+		return nil, fmt.Errorf("removing spare user namespaces: %w", err)
+	}
 	if n, err := d.sweepSlots(); err != nil {
 		d.log.Warn("clearing stale user namespace slots", "cleared", n, "error", err)
 	} else if n > 0 {
@@ -214,9 +226,11 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Pause: true, Isolation: "container"}
 }
 
-// Close releases the holder program; sandboxes keep running. The driver
-// cannot create sandboxes afterwards.
+// Close removes the spare user namespaces and releases the holder
+// program; sandboxes keep running. The driver cannot create sandboxes
+// afterwards.
 func (d *Driver) Close() error {
+	d.closeNSSpares()
 	if d.holder != nil {
 		return d.holder.Close()
 	}
@@ -267,13 +281,19 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		return err
 	}
 	if useNS {
-		n, mnt, err := d.allocSlot(dir)
-		if err != nil {
-			return err
-		}
-		ns, err := newUserNS(d.holder, ownerID(n))
-		if err != nil {
-			return err
+		var mnt string
+		var ns *userNS
+		if sp, ok := d.takeNSSpare(dir); ok {
+			mnt, ns = sp.mnt, sp.ns
+		} else {
+			n, m, err := d.allocSlot(dir)
+			if err != nil {
+				return err
+			}
+			if ns, err = newUserNS(d.holder, ownerID(n)); err != nil {
+				return err
+			}
+			mnt = m
 		}
 		// runc joins the namespace by path; the holder must stay
 		// unreaped until `runc run` has returned.

@@ -55,11 +55,15 @@ func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
 
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
-	for _, userns := range []bool{false, true} {
-		t.Run(fmt.Sprintf("userns=%v", userns), func(t *testing.T) {
+	for _, v := range []struct {
+		userns bool
+		spares int
+	}{{false, 0}, {true, 0}, {true, 2}} {
+		userns := v.userns
+		t.Run(fmt.Sprintf("userns=%v,spares=%d", userns, v.spares), func(t *testing.T) {
 			drivertest.Run(t, drivertest.Harness{
 				New: func(t *testing.T) driver.Driver {
-					return e.newDriver(t, func(c *Config) { c.UserNamespaces = userns })
+					return e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = userns, v.spares })
 				},
 				RootFS: func(t *testing.T) string {
 					rootfs := testutil.BusyboxRootfs(t)

@@ -1,0 +1,232 @@
+package runc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Spare user namespaces take a slot and its namespace off Create's path
+// (about 1 ms: the slot's directories and links under the host-wide lock,
+// then the holder's fork and exec). Neither depends on the sandbox, so the
+// driver keeps Config.UserNSSpares of them made, each a slot taken for a
+// marker directory under <Root>/userns-spares and a namespace owned by the
+// slot's owner, held by its holder's zombie. Create takes one by pointing
+// the slot's owner link at the sandbox's directory; replacements are made
+// spareDelay after a take, so that making them does not compete with the
+// create that took one. A burst larger than the spares makes the rest in
+// Create, as without spares.
+//
+// After a crash the markers are gone with the next New (it removes the
+// directory before it sweeps slots), which leaves their slots stale: the
+// sweep frees them. Close frees the Driver's own.
+
+// spareDelay is how long after Create takes a spare the driver starts to
+// replace it.
+const spareDelay = 200 * time.Millisecond
+
+// nsSpare is a slot and its user namespace, made ahead.
+type nsSpare struct {
+	slot   int
+	mnt    string
+	marker string // the directory the slot's owner link names until a sandbox takes it
+	ns     *userNS
+}
+
+// nsSpares is the Driver's set of spares.
+type nsSpares struct {
+	mu        sync.Mutex
+	cond      *sync.Cond // signals the end of a refill
+	ready     []nsSpare
+	seq       int
+	timer     *time.Timer
+	scheduled bool
+	running   bool
+	closed    bool
+}
+
+func (d *Driver) sparesDir() string { return filepath.Join(d.cfg.Root, "userns-spares") }
+
+// takeNSSpare takes a spare for the sandbox directory dir, if one is
+// ready, and schedules its replacement. It returns false when there is
+// none or it could not be taken (the spare is then released).
+func (d *Driver) takeNSSpare(dir string) (nsSpare, bool) {
+	s := &d.spares
+	if d.cfg.UserNSSpares <= 0 {
+		return nsSpare{}, false
+	}
+	s.mu.Lock()
+	d.scheduleNSSpares()
+	n := len(s.ready)
+	if n == 0 {
+		s.mu.Unlock()
+		return nsSpare{}, false
+	}
+	sp := s.ready[n-1]
+	s.ready = s.ready[:n-1]
+	s.mu.Unlock()
+	if err := d.claimSlot(sp, dir); err != nil {
+		d.log.Warn("taking a spare user namespace", "slot", sp.slot, "error", err)
+		d.destroyNSSpare(sp)
+		return nsSpare{}, false
+	}
+	return sp, true
+}
+
+// claimSlot hands sp's slot to the sandbox directory dir: the slot's
+// owner link names dir, and dir's rootfs link the slot's mount point, as
+// allocSlot would have made them.
+func (d *Driver) claimSlot(sp nsSpare, dir string) error {
+	unlock, err := d.lockSlots()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	owner := filepath.Join(d.slotDir(sp.slot), "owner")
+	tmp := owner + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(dir, tmp); err != nil {
+		return fmt.Errorf("claiming slot %d: %w", sp.slot, err)
+	}
+	if err := os.Rename(tmp, owner); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("claiming slot %d: %w", sp.slot, err)
+	}
+	if err := os.Symlink(sp.mnt, filepath.Join(dir, rootfsLink)); err != nil {
+		// Back to the marker, which destroyNSSpare releases.
+		return errors.Join(fmt.Errorf("claiming slot %d: %w", sp.slot, err), d.repoint(owner, sp.marker))
+	}
+	os.Remove(filepath.Join(sp.marker, rootfsLink))
+	os.Remove(sp.marker)
+	return nil
+}
+
+// repoint makes the owner link owner name dir.
+func (d *Driver) repoint(owner, dir string) error {
+	tmp := owner + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(dir, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, owner)
+}
+
+// scheduleNSSpares starts the wait before spares are made, unless one is
+// under way. The caller holds d.spares.mu.
+func (d *Driver) scheduleNSSpares() {
+	s := &d.spares
+	if s.closed || s.scheduled {
+		return
+	}
+	s.scheduled = true
+	if s.timer == nil {
+		s.timer = time.AfterFunc(spareDelay, d.refillNSSpares)
+		return
+	}
+	s.timer.Reset(spareDelay)
+}
+
+// refillNSSpares makes spares until there are Config.UserNSSpares. A
+// failure is logged and ends this round; the next take schedules another.
+func (d *Driver) refillNSSpares() {
+	s := &d.spares
+	s.mu.Lock()
+	s.scheduled = false
+	if s.running || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.running = true
+	s.mu.Unlock()
+	failed := false
+	defer func() {
+		s.mu.Lock()
+		s.running = false
+		if !failed && !s.closed && len(s.ready) < d.cfg.UserNSSpares {
+			d.scheduleNSSpares()
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}()
+	for {
+		s.mu.Lock()
+		short := !s.closed && len(s.ready) < d.cfg.UserNSSpares
+		s.seq++
+		seq := s.seq
+		s.mu.Unlock()
+		if !short {
+			return
+		}
+		sp, err := d.makeNSSpare(seq)
+		if err != nil {
+			failed = true
+			d.log.Warn("making a spare user namespace", "error", err)
+			return
+		}
+		s.mu.Lock()
+		s.ready = append(s.ready, sp)
+		s.mu.Unlock()
+	}
+}
+
+// makeNSSpare takes a slot for a new marker directory and makes its
+// namespace.
+func (d *Driver) makeNSSpare(seq int) (nsSpare, error) {
+	marker := filepath.Join(d.sparesDir(), strconv.Itoa(seq))
+	if err := os.MkdirAll(d.sparesDir(), 0o700); err != nil {
+		return nsSpare{}, err
+	}
+	if err := os.Mkdir(marker, 0o700); err != nil {
+		return nsSpare{}, err
+	}
+	n, mnt, err := d.allocSlot(marker)
+	if err != nil {
+		os.Remove(marker)
+		return nsSpare{}, err
+	}
+	sp := nsSpare{slot: n, mnt: mnt, marker: marker}
+	if sp.ns, err = newUserNS(d.holder, ownerID(n)); err != nil {
+		d.destroyNSSpare(sp)
+		return nsSpare{}, err
+	}
+	return sp, nil
+}
+
+// destroyNSSpare reaps the spare's holder and frees its slot and marker.
+func (d *Driver) destroyNSSpare(sp nsSpare) {
+	if sp.ns != nil {
+		sp.ns.Close()
+	}
+	err := d.releaseSlot(sp.marker)
+	if rerr := os.Remove(sp.marker); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		d.log.Warn("removing a spare user namespace", "slot", sp.slot, "error", err)
+	}
+}
+
+// closeNSSpares stops making spares, waits for a refill under way and
+// removes every spare.
+func (d *Driver) closeNSSpares() {
+	s := &d.spares
+	s.mu.Lock()
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+		s.scheduled = false
+	}
+	for s.running {
+		s.cond.Wait()
+	}
+	all := s.ready
+	s.ready = nil
+	s.mu.Unlock()
+	for _, sp := range all {
+		d.destroyNSSpare(sp)
+	}
+}

@@ -1,0 +1,100 @@
+package runc
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/testutil"
+)
+
+// slotsOwnedBy lists the slots in d's mount dir whose owner link names a
+// path under dir.
+func slotsOwnedBy(t *testing.T, d *Driver, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(d.mountDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		owner, err := os.Readlink(filepath.Join(d.mountDir, e.Name(), "owner"))
+		if err == nil && strings.HasPrefix(owner, dir+"/") {
+			out = append(out, e.Name()+" -> "+owner)
+		}
+	}
+	return out
+}
+
+// TestUserNSSpares: Create takes a spare slot and namespace, the sandbox
+// works in it and owns the slot, and Close frees the spares left.
+func TestUserNSSpares(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = true, 2 })
+	rootfs := testutil.BusyboxRootfs(t)
+	if err := d.PrepareTemplate(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	d.refillNSSpares()
+	if got := slotsOwnedBy(t, d, d.sparesDir()); len(got) != 2 {
+		t.Fatalf("spare slots %v, want 2", got)
+	}
+	d.spares.mu.Lock()
+	taken := d.spares.ready[len(d.spares.ready)-1]
+	d.spares.mu.Unlock()
+
+	ctx := t.Context()
+	if err := d.Create(ctx, driver.Spec{ID: "spare", RootFS: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := os.Readlink(filepath.Join(d.slotDir(taken.slot), "owner")); err != nil || owner != d.dir("spare") {
+		t.Errorf("slot %d owner %q, %v; want the sandbox's directory", taken.slot, owner, err)
+	}
+	if _, err := os.Stat(taken.marker); !os.IsNotExist(err) {
+		t.Errorf("marker %s still there: %v", taken.marker, err)
+	}
+	if out, err := execOnce(ctx, d, "spare", "cat /proc/self/uid_map"); err != nil || !strings.Contains(out, strconv.Itoa(idBase)) {
+		t.Errorf("uid_map in the sandbox: %q, %v", out, err)
+	}
+	if err := d.Delete(ctx, "spare"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.slotDir(taken.slot)); !os.IsNotExist(err) {
+		t.Errorf("slot %d left after Delete: %v", taken.slot, err)
+	}
+	d.Close()
+	if got := slotsOwnedBy(t, d, d.cfg.Root); len(got) != 0 {
+		t.Errorf("slots left after Close: %v", got)
+	}
+}
+
+// TestUserNSSparesAfterCrash: a driver killed with spares made leaves
+// slots whose markers the next driver on the same root removes, and its
+// sweep frees them.
+func TestUserNSSparesAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	first := e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = true, 2 })
+	first.refillNSSpares()
+	if got := slotsOwnedBy(t, first, first.sparesDir()); len(got) != 2 {
+		t.Fatalf("spare slots %v, want 2", got)
+	}
+	// The crash: the holders die with the daemon; nothing else is undone.
+	first.spares.mu.Lock()
+	for _, sp := range first.spares.ready {
+		sp.ns.Close()
+	}
+	first.spares.ready = nil
+	first.spares.mu.Unlock()
+
+	second, err := New(first.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if got := slotsOwnedBy(t, second, first.cfg.Root); len(got) != 0 {
+		t.Errorf("slots of the crashed driver's spares left: %v", got)
+	}
+}
