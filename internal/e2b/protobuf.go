@@ -41,9 +41,11 @@ import (
 //	map[string]string                           map<string, string>
 //
 // A scalar, string or bytes field at its zero value is left out, as
-// proto3 says, unless a pointer or oneof says that it is set. The codec
-// does not police oneofs: the encoder writes every member that is set
-// (callers set one), and the decoder keeps every member it reads.
+// proto3 says, unless a pointer or oneof says that it is set. The oneof
+// members of a message form one oneof (E2B's messages have at most one).
+// The encoder writes every member that is set (callers set one); the
+// decoder keeps the last member it reads and clears the others, as
+// protobuf parsers do, merging a message member that comes twice.
 //
 // Every exported field of a message has a `pb` tag. A tag or a type the
 // codec cannot carry is a programming error and panics; a test encodes
@@ -274,6 +276,13 @@ func (c *pbCodec) parseMessage(b []byte, v reflect.Value) error {
 		var err error
 		i := slices.IndexFunc(fields, func(f pbField) bool { return f.num == num })
 		if i >= 0 && typ == fields[i].wire {
+			if fields[i].oneof {
+				for _, o := range fields {
+					if o.oneof && o.num != num {
+						v.Field(o.index).SetZero()
+					}
+				}
+			}
 			n, err = c.parseField(b, fields[i], typ, v.Field(fields[i].index))
 		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 			err = protowire.ParseError(n)

@@ -81,6 +81,8 @@ func TestParseProto(t *testing.T) {
 		{name: "oneof message seen twice is merged", wire: "62 02 0807 62 03 120178", want: wireMsg{SubP: &wireSub{N: 7, S: "x"}}},
 		{name: "repeated messages", wire: "6a 02 0801 6a 00", want: wireMsg{Subs: []wireSub{{N: 1}, {}}}},
 		{name: "empty oneof bytes are present", wire: "72 00", want: wireMsg{One: []byte{}}},
+		{name: "last oneof member wins", wire: "62 02 0807 72 01 61", want: wireMsg{One: []byte("a")}},
+		{name: "last oneof member wins, other order", wire: "72 01 61 62 02 0807", want: wireMsg{SubP: &wireSub{N: 7}}},
 		{
 			// A varint (field 99), fixed32 (20), fixed64 (21), bytes (22)
 			// and a group (23) holding a varint.
@@ -169,7 +171,8 @@ func TestAppendProto(t *testing.T) {
 }
 
 // fill sets every field of v, recursively, to a value that is not the
-// zero value; n makes the values differ.
+// zero value, but only the last member of a oneof, as a valid message has
+// one; n makes the values differ.
 func fill(v reflect.Value, n *int) {
 	*n++
 	switch v.Kind() {
@@ -177,8 +180,18 @@ func fill(v reflect.Value, n *int) {
 		v.Set(reflect.New(v.Type().Elem()))
 		fill(v.Elem(), n)
 	case reflect.Struct:
+		lastOneof := -1
+		for _, f := range pbFields(v.Type()) {
+			if f.oneof {
+				lastOneof = max(lastOneof, f.index)
+			}
+		}
+		oneof := map[int]bool{}
+		for _, f := range pbFields(v.Type()) {
+			oneof[f.index] = f.oneof
+		}
 		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
+			if v.Type().Field(i).IsExported() && (!oneof[i] || i == lastOneof) {
 				fill(v.Field(i), n)
 			}
 		}
