@@ -21,6 +21,7 @@ import (
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/refill"
 )
 
 // Egress is the per-sandbox DNS resolver and proxy the Manager starts on a
@@ -130,15 +131,12 @@ type Manager struct {
 	reaping       map[string]bool // ids in reapQ or in the running batch
 	reaperRunning bool
 	reapCond      *sync.Cond
-	// Networks made ahead (spare.go). reapCond also signals the end of a
-	// refill.
-	spares         [2][]spare // by kind: [0] a namespace alone, [1] with a veth
-	spareWanted    [2]bool    // kinds Setup has asked for
-	spareSeq       int
-	spareTimer     *time.Timer
-	spareScheduled bool // spareTimer is set to go off
-	spareRunning   bool
-	closed         bool
+	// Networks made ahead (spare.go).
+	spares      [2][]spare // by kind: [0] a namespace alone, [1] with a veth
+	spareWanted [2]bool    // kinds Setup has asked for
+	spareSeq    int
+	spareRefill *refill.Refiller
+	closed      bool
 	// fail, when set by tests, makes the named setup step fail.
 	fail func(step string) error
 }
@@ -257,6 +255,11 @@ func New(cfg Config) (*Manager, error) {
 		reaping:   map[string]bool{},
 	}
 	m.reapCond = sync.NewCond(&m.mu)
+	delay := cfg.SpareDelay
+	if delay <= 0 {
+		delay = DefaultSpareDelay
+	}
+	m.spareRefill = refill.New(delay, m.makeOneSpare)
 	if err := removeStaleSpares(filepath.Join(cfg.StateDir, "netns")); err != nil {
 		h.Close()
 		return nil, err

@@ -181,7 +181,7 @@ func makeSpares(t testing.TB, m *Manager, link bool) spare {
 	m.mu.Lock()
 	m.spareWanted = [2]bool{true, true}
 	m.mu.Unlock()
-	m.refillSpares()
+	m.spareRefill.Run()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ready := m.spares[spareKind(link)]

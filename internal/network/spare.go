@@ -63,7 +63,7 @@ func (m *Manager) takeSpare(link bool) (spare, bool) {
 	defer m.mu.Unlock()
 	k := spareKind(link)
 	m.spareWanted[k] = true
-	m.scheduleSpares()
+	m.spareRefill.Schedule()
 	n := len(m.spares[k])
 	if n == 0 {
 		return spare{slot: -1}, false
@@ -86,70 +86,29 @@ func (m *Manager) returnSpare(sp spare) {
 	m.destroySpare(sp)
 }
 
-// scheduleSpares starts the wait before spares are made, unless one is
-// under way: during a stream of creates spares are made every SpareDelay,
-// not only once the stream pauses. The caller holds m.mu.
-func (m *Manager) scheduleSpares() {
-	if m.closed || m.spareScheduled {
-		return
-	}
-	delay := m.cfg.SpareDelay
-	if delay <= 0 {
-		delay = DefaultSpareDelay
-	}
-	m.spareScheduled = true
-	if m.spareTimer == nil {
-		m.spareTimer = time.AfterFunc(delay, m.refillSpares)
-		return
-	}
-	m.spareTimer.Reset(delay)
-}
-
-// refillSpares makes spares until every wanted kind has Config.Spares. A
-// failure is logged and ends this round; the next Setup schedules another.
-func (m *Manager) refillSpares() {
+// makeOneSpare makes a spare of a kind that is short, for the refill
+// round (refill.Refiller): false when none is, an error when making it
+// failed.
+func (m *Manager) makeOneSpare() (bool, error) {
 	m.mu.Lock()
-	m.spareScheduled = false
-	if m.spareRunning || m.closed {
-		m.mu.Unlock()
-		return
-	}
-	m.spareRunning = true
+	k := m.shortKind()
 	m.mu.Unlock()
-	failed := false
-	defer func() {
-		m.mu.Lock()
-		m.spareRunning = false
-		// A Setup that took a spare after the last count, and whose
-		// timer went off while this round ran, is served by another.
-		if !failed && m.shortKind() >= 0 {
-			m.scheduleSpares()
-		}
-		m.reapCond.Broadcast()
-		m.mu.Unlock()
-	}()
-	for {
-		m.mu.Lock()
-		k := m.shortKind()
-		closed := m.closed
-		m.mu.Unlock()
-		if k < 0 || closed {
-			return
-		}
-		start := time.Now()
-		sp, err := m.makeSpare(k == 1)
-		if err != nil {
-			failed = true
-			if !errors.Is(err, errNoRoom) {
-				m.log.Warn("making a spare network", "error", err)
-			}
-			return
-		}
-		m.log.Debug("spare network made", "name", sp.name, "slot", sp.slot, "duration_ms", float64(time.Since(start).Microseconds())/1000)
-		m.mu.Lock()
-		m.spares[k] = append(m.spares[k], sp)
-		m.mu.Unlock()
+	if k < 0 {
+		return false, nil
 	}
+	start := time.Now()
+	sp, err := m.makeSpare(k == 1)
+	if err != nil {
+		if !errors.Is(err, errNoRoom) {
+			m.log.Warn("making a spare network", "error", err)
+		}
+		return false, err
+	}
+	m.log.Debug("spare network made", "name", sp.name, "slot", sp.slot, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	m.mu.Lock()
+	m.spares[k] = append(m.spares[k], sp)
+	m.mu.Unlock()
+	return true, nil
 }
 
 // shortKind returns a kind that Setup asked for and that has fewer than
@@ -226,15 +185,13 @@ func (m *Manager) freeSpareSlot(sp spare) {
 // removes every spare. If closing, no spares are made again; otherwise
 // the next Setup of a kind asks for them again.
 func (m *Manager) removeSpares(closing bool) {
+	if closing {
+		m.spareRefill.Close()
+	} else {
+		m.spareRefill.Stop()
+	}
 	m.mu.Lock()
 	m.closed = m.closed || closing
-	if m.spareTimer != nil {
-		m.spareTimer.Stop()
-		m.spareScheduled = false
-	}
-	for m.spareRunning {
-		m.reapCond.Wait()
-	}
 	all := append(m.spares[0], m.spares[1]...)
 	m.spares = [2][]spare{}
 	m.spareWanted = [2]bool{}

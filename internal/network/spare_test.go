@@ -11,6 +11,7 @@ import (
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/testutil"
 )
 
 // TestSparesRefill checks the automatic part: a kind is made once Setup
@@ -34,7 +35,7 @@ func TestSparesRefill(t *testing.T) {
 		if spared := slices.Contains(ready, sb.HostIface); spared != (id == "second") {
 			t.Errorf("%s: interface %s, spares %v: taken from a spare %v", id, sb.HostIface, ready, spared)
 		}
-		waitFor(t, func() bool { return m.spareCount(1) == cfg.Spares })
+		testutil.WaitFor(t, func() bool { return m.spareCount(1) == cfg.Spares })
 		ready = nil
 		m.mu.Lock()
 		for _, sp := range m.spares[1] {
@@ -96,17 +97,6 @@ func (m *Manager) spareCount(kind int) int {
 	return len(m.spares[kind])
 }
 
-// waitFor polls cond for up to 5 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestSparesLeaveAddresses: spares with a veth are not made when only
 // Config.Spares addresses are left, so that they never hold the
 // addresses Setup needs.
@@ -122,7 +112,7 @@ func TestSparesLeaveAddresses(t *testing.T) {
 		if _, err := m.Setup(ctx, fmt.Sprintf("sb%d", i), egress.Policy{Mode: egress.ModeAllowlist}); err != nil {
 			t.Fatalf("Setup %d of 4: %v", i, err)
 		}
-		m.refillSpares()
+		m.spareRefill.Run()
 		m.mu.Lock()
 		free := m.slots - len(m.used)
 		m.mu.Unlock()

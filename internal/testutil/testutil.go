@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // Required reports whether missing requirements must fail tests instead of
@@ -61,4 +62,14 @@ func BusyboxRootfs(t testing.TB) string {
 		t.Fatalf("building busybox rootfs: %v", err)
 	}
 	return dir
+}
+
+// WaitFor polls cond until it holds, and fails the test after 5 seconds.
+func WaitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for a condition")
+		}
+	}
 }

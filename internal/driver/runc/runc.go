@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +24,7 @@ import (
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/reaper"
+	"github.com/corralrun/corral/internal/refill"
 )
 
 var (
@@ -196,7 +196,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := ocirt.PrepareSearchableDir(cfg.MountDir); err != nil {
 		return nil, err
 	}
-	d.spares.cond = sync.NewCond(&d.spares.mu)
+	d.spares.refill = refill.New(spareDelay, d.makeOneNSSpare)
 	// An earlier driver's spares: without their markers their slots are
 	// stale, and the sweep frees them.
 	if err := os.RemoveAll(d.sparesDir()); err != nil {

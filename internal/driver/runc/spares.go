@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/corralrun/corral/internal/refill"
 )
 
 // Spare user namespaces take a slot and its namespace off Create's path
@@ -39,14 +41,10 @@ type nsSpare struct {
 
 // nsSpares is the Driver's set of spares.
 type nsSpares struct {
-	mu        sync.Mutex
-	cond      *sync.Cond // signals the end of a refill
-	ready     []nsSpare
-	seq       int
-	timer     *time.Timer
-	scheduled bool
-	running   bool
-	closed    bool
+	mu     sync.Mutex
+	ready  []nsSpare
+	seq    int
+	refill *refill.Refiller
 }
 
 func (d *Driver) sparesDir() string { return filepath.Join(d.cfg.Root, "userns-spares") }
@@ -59,8 +57,8 @@ func (d *Driver) takeNSSpare(dir string) (nsSpare, bool) {
 	if d.cfg.UserNSSpares <= 0 {
 		return nsSpare{}, false
 	}
+	s.refill.Schedule()
 	s.mu.Lock()
-	d.scheduleNSSpares()
 	n := len(s.ready)
 	if n == 0 {
 		s.mu.Unlock()
@@ -115,62 +113,27 @@ func (d *Driver) repoint(owner, dir string) error {
 	return os.Rename(tmp, owner)
 }
 
-// scheduleNSSpares starts the wait before spares are made, unless one is
-// under way. The caller holds d.spares.mu.
-func (d *Driver) scheduleNSSpares() {
-	s := &d.spares
-	if s.closed || s.scheduled {
-		return
-	}
-	s.scheduled = true
-	if s.timer == nil {
-		s.timer = time.AfterFunc(spareDelay, d.refillNSSpares)
-		return
-	}
-	s.timer.Reset(spareDelay)
-}
-
-// refillNSSpares makes spares until there are Config.UserNSSpares. A
-// failure is logged and ends this round; the next take schedules another.
-func (d *Driver) refillNSSpares() {
+// makeOneNSSpare makes a spare if fewer than Config.UserNSSpares are
+// ready, for the refill round (refill.Refiller).
+func (d *Driver) makeOneNSSpare() (bool, error) {
 	s := &d.spares
 	s.mu.Lock()
-	s.scheduled = false
-	if s.running || s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.running = true
+	short := len(s.ready) < d.cfg.UserNSSpares
+	s.seq++
+	seq := s.seq
 	s.mu.Unlock()
-	failed := false
-	defer func() {
-		s.mu.Lock()
-		s.running = false
-		if !failed && !s.closed && len(s.ready) < d.cfg.UserNSSpares {
-			d.scheduleNSSpares()
-		}
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	}()
-	for {
-		s.mu.Lock()
-		short := !s.closed && len(s.ready) < d.cfg.UserNSSpares
-		s.seq++
-		seq := s.seq
-		s.mu.Unlock()
-		if !short {
-			return
-		}
-		sp, err := d.makeNSSpare(seq)
-		if err != nil {
-			failed = true
-			d.log.Warn("making a spare user namespace", "error", err)
-			return
-		}
-		s.mu.Lock()
-		s.ready = append(s.ready, sp)
-		s.mu.Unlock()
+	if !short {
+		return false, nil
 	}
+	sp, err := d.makeNSSpare(seq)
+	if err != nil {
+		d.log.Warn("making a spare user namespace", "error", err)
+		return false, err
+	}
+	s.mu.Lock()
+	s.ready = append(s.ready, sp)
+	s.mu.Unlock()
+	return true, nil
 }
 
 // makeNSSpare takes a slot for a new marker directory and makes its
@@ -214,15 +177,8 @@ func (d *Driver) destroyNSSpare(sp nsSpare) {
 // removes every spare.
 func (d *Driver) closeNSSpares() {
 	s := &d.spares
+	s.refill.Close()
 	s.mu.Lock()
-	s.closed = true
-	if s.timer != nil {
-		s.timer.Stop()
-		s.scheduled = false
-	}
-	for s.running {
-		s.cond.Wait()
-	}
 	all := s.ready
 	s.ready = nil
 	s.mu.Unlock()

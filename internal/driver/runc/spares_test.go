@@ -38,7 +38,7 @@ func TestUserNSSpares(t *testing.T) {
 	if err := d.PrepareTemplate(rootfs); err != nil {
 		t.Fatal(err)
 	}
-	d.refillNSSpares()
+	d.spares.refill.Run()
 	if got := slotsOwnedBy(t, d, d.sparesDir()); len(got) != 2 {
 		t.Fatalf("spare slots %v, want 2", got)
 	}
@@ -77,7 +77,7 @@ func TestUserNSSpares(t *testing.T) {
 func TestUserNSSparesAfterCrash(t *testing.T) {
 	e := newEnv(t)
 	first := e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = true, 2 })
-	first.refillNSSpares()
+	first.spares.refill.Run()
 	if got := slotsOwnedBy(t, first, first.sparesDir()); len(got) != 2 {
 		t.Fatalf("spare slots %v, want 2", got)
 	}
