@@ -61,40 +61,20 @@ func Main(args []string) int {
 		ready.Close()
 		ready = nil
 	}
-	// The filter goes on before anything else: no process of the
-	// sandbox but this one, at this point, ever runs without it. Then the
-	// limits, before any process can be started.
-	if *filterFile != "" {
-		b, err := os.ReadFile(*filterFile)
-		if err != nil {
-			log.Error("agent start-up failed", "error", err)
-			report("error: " + err.Error() + "\n")
-			return 1
-		}
-		*filter = string(b)
+	failed := func(err error) int {
+		log.Error("agent start-up failed", "error", err)
+		report("error: " + err.Error() + "\n")
+		return 1
 	}
-	if *filter != "" {
-		if err := installSeccomp(*filter); err != nil {
-			log.Error("agent start-up failed", "error", err)
-			report("error: " + err.Error() + "\n")
-			return 1
-		}
-	}
-	if *limits != "" {
-		if err := writeLimits(*limits); err != nil {
-			log.Error("agent start-up failed", "error", err)
-			report("error: " + err.Error() + "\n")
-			return 1
-		}
+	if err := confine(*filter, *filterFile, *limits); err != nil {
+		return failed(err)
 	}
 
 	var ln net.Listener
 	if *dial == "" {
 		var err error
 		if ln, err = listener(*listenFD); err != nil {
-			log.Error("agent start-up failed", "error", err)
-			report("error: " + err.Error() + "\n")
-			return 1
+			return failed(err)
 		}
 	}
 
@@ -240,14 +220,33 @@ func version() string {
 	return ""
 }
 
-// installSeccomp decodes and installs the seccomp program the driver
-// passed (--seccomp).
-func installSeccomp(encoded string) error {
-	prog, err := seccomp.Decode(encoded)
-	if err != nil {
-		return err
+// confine installs the seccomp program the driver passed, in filter or
+// in the file filterFile (--seccomp, --seccomp-file), then writes the
+// limits in the file limits (--limits); empty ones are left out. The
+// filter goes on before anything else: no process of the sandbox but this
+// one, at this point, ever runs without it. The limits come before any
+// process can be started.
+func confine(filter, filterFile, limits string) error {
+	if filterFile != "" {
+		b, err := os.ReadFile(filterFile)
+		if err != nil {
+			return err
+		}
+		filter = string(b)
 	}
-	return seccomp.Install(prog)
+	if filter != "" {
+		prog, err := seccomp.Decode(filter)
+		if err != nil {
+			return err
+		}
+		if err := seccomp.Install(prog); err != nil {
+			return err
+		}
+	}
+	if limits != "" {
+		return writeLimits(limits)
+	}
+	return nil
 }
 
 // writeLimits writes each FILE=VALUE line of the file path (--limits).
