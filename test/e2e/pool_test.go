@@ -89,7 +89,7 @@ func TestWarmPool(t *testing.T) {
 	d.Kill()
 	d.Start()
 	p := d.waitPoolFull(t, "warm")
-	if p.Ready != 2 || !strings.Contains(d.Logs(), "adopted warm pool member") {
+	if p.Ready != 2 || !d.logged("adopted warm pool member", 1) {
 		t.Fatalf("pool after a crash: %+v\nlogs:\n%s", p, d.Logs())
 	}
 	again := d.create(t, corral.CreateOptions{Pool: "warm"})
@@ -261,7 +261,8 @@ func TestWarmPoolGVisor(t *testing.T) {
 	d.Kill()
 	d.Start()
 	d.waitPoolFull(t, "gv")
-	if !strings.Contains(d.Logs(), "adopted warm pool member") {
+	// The member is ready in the pool a moment before its adoption is logged.
+	if !d.logged("adopted warm pool member", 1) {
 		t.Fatalf("gVisor pool member not adopted after a crash\nlogs:\n%s", d.Logs())
 	}
 	sb := d.create(t, corral.CreateOptions{Template: "bb", Runtime: "gvisor", Env: map[string]string{"K": "v"}})
