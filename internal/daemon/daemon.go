@@ -40,9 +40,19 @@ import (
 // Config is everything the daemon needs. Zero values take the defaults
 // documented on each field.
 type Config struct {
-	// StateDir holds the database, storage and driver state
+	// StateDir holds the database, storage, templates and snapshots
 	// (default /var/lib/corral).
 	StateDir string
+	// RunDir holds what the drivers and the network keep of running
+	// sandboxes: OCI bundles, agent sockets and logs, runc's and runsc's
+	// state, network namespace mounts and name service files (default
+	// DefaultRunDir(StateDir), on the /run tmpfs). None of it outlives the
+	// host's processes, and its files are made and removed in every create
+	// and delete, which on the state dir's disk file system cost
+	// milliseconds per create (docs/BENCHMARKS.md). A state dir that still
+	// holds such state of running sandboxes from an older Corral, which
+	// kept it there, is used as the run dir until none is left.
+	RunDir string
 	// Socket is the root-only unix socket of the API
 	// (default /run/corral/corral.sock).
 	Socket string
@@ -175,6 +185,12 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.StateDir = abs
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir(c.StateDir)
+	}
+	if c.RunDir, err = filepath.Abs(c.RunDir); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -218,6 +234,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.lock, err = lockDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
+	if dir, legacy := runDir(d.cfg.StateDir, d.cfg.RunDir); legacy {
+		d.log.Warn("sandboxes of an older Corral keep their runtime state in the state dir: it stays the run dir until none is left",
+			"state_dir", d.cfg.StateDir, "run_dir", d.cfg.RunDir)
+		d.cfg.RunDir = dir
+	}
+	if err := os.MkdirAll(d.cfg.RunDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating run dir: %w", err)
+	}
 	if d.store, err = store.Open(ctx, filepath.Join(cfg.StateDir, "corral.db")); err != nil {
 		return nil, err
 	}
@@ -239,7 +263,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.log.Warn("user namespaces are off for new templates: root in their sandboxes is root on the host, held back by capabilities, seccomp and namespaces")
 	}
 	rd, err := runc.New(runc.Config{
-		Root:         filepath.Join(cfg.StateDir, "runc"),
+		Root:         filepath.Join(d.cfg.RunDir, "runc"),
 		RuncPath:     cfg.RuncPath,
 		AgentPath:    cfg.AgentPath,
 		CgroupParent: cfg.CgroupParent,
@@ -277,7 +301,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ExecOutput:     cfg.ExecOutput,
 		MaxExecOutput:  cfg.MaxExecOutput,
 		Network:        d.network,
-		NetworkDir:     filepath.Join(cfg.StateDir, "netfiles"),
+		NetworkDir:     filepath.Join(d.cfg.RunDir, "netfiles"),
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
 		Admission:      cfg.Admission,
 		Metrics:        reg,
@@ -322,7 +346,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.log.Info("serving the E2B-compatible API", "listen", l.Addr().String())
 		d.serve(l, d.e2b.Handler())
 	}
-	d.log.Info("corral daemon started", "state_dir", cfg.StateDir, "socket", cfg.Socket, "listen", cfg.Listen,
+	d.log.Info("corral daemon started", "state_dir", cfg.StateDir, "run_dir", d.cfg.RunDir, "socket", cfg.Socket, "listen", cfg.Listen,
 		"storage", d.storage.Name(), "agent", cfg.AgentPath, "sandboxes", len(d.manager.List(sandbox.Filter{})))
 	return d, nil
 }
@@ -374,6 +398,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	}
 	if idle {
 		removeCgroupParent(d.cfg.CgroupParent)
+		if d.cfg.RunDir != d.cfg.StateDir {
+			removeEmptyDirs(d.cfg.RunDir)
+		}
 	}
 	if d.store != nil {
 		_ = d.store.Close()

@@ -45,7 +45,7 @@ func (d *Daemon) openGVisor(ctx context.Context) error {
 		}
 	}
 	gd, err := gvisor.New(gvisor.Config{
-		Root:         filepath.Join(cfg.StateDir, "gvisor"),
+		Root:         filepath.Join(cfg.RunDir, "gvisor"),
 		RunscPath:    cfg.RunscPath,
 		AgentPath:    cfg.AgentPath,
 		CgroupParent: cfg.CgroupParent,

@@ -23,7 +23,8 @@ import (
 func Main(args []string, version string) int {
 	fs := flag.NewFlagSet("corral server", flag.ContinueOnError)
 	var cfg Config
-	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/corral", "state directory (database, storage, runtime state)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/corral", "state directory (database, storage, templates, snapshots)")
+	fs.StringVar(&cfg.RunDir, "run-dir", "", "directory of running sandboxes' runtime state, best on a tmpfs (default "+DefaultRunRoot+"/state-<hash of the state dir>)")
 	fs.StringVar(&cfg.Socket, "socket", "/run/corral/corral.sock", "root-only unix socket of the API")
 	fs.StringVar(&cfg.Listen, "listen", "", "also serve the API on HOST:PORT (needs an API key)")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", "", "also serve the E2B-compatible API on HOST:PORT (needs an API key)")

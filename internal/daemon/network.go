@@ -64,7 +64,7 @@ func (d *Daemon) openNetwork() error {
 	d.egress = srv
 	d.network, err = network.New(network.Config{
 		Subnet:     d.cfg.NetworkSubnet,
-		StateDir:   filepath.Join(d.cfg.StateDir, "network"),
+		StateDir:   filepath.Join(d.cfg.RunDir, "network"),
 		NamePrefix: d.cfg.NetworkPrefix,
 		Table:      d.cfg.NetworkTable,
 		Egress:     srv,

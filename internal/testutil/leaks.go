@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"bufio"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +120,27 @@ func ProcessesWithRoot(t testing.TB, dir string) []string {
 		if root == dir || strings.HasPrefix(root, dir+"/") {
 			out = append(out, e.Name())
 		}
+	}
+	return out
+}
+
+// Files lists what is under dir, dir included, or nothing when dir does
+// not exist.
+func Files(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == dir {
+			return fs.SkipAll
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("listing %s: %v", dir, err)
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func TestAdmissionUnderLoad(t *testing.T) {
 	})
 
 	deleteAll(t, d, created)
-	if n := dirEntries(t, filepath.Join(d.StateDir, "runc", "sandboxes")); n != 0 {
+	if n := dirEntries(t, filepath.Join(d.RunDir, "runc", "sandboxes")); n != 0 {
 		t.Errorf("%d driver dirs left after deleting every sandbox", n)
 	}
 	if n := dirEntries(t, rootsDir(d)); n != 0 {

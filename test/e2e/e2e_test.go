@@ -357,7 +357,7 @@ func crashDuringCreates(t *testing.T, storage string, k int) {
 		}
 	}
 	// Half-made roots and runc containers must be gone already.
-	entries, _ := os.ReadDir(filepath.Join(d.StateDir, "runc", "sandboxes"))
+	entries, _ := os.ReadDir(filepath.Join(d.RunDir, "runc", "sandboxes"))
 	if len(entries) != len(list) {
 		t.Errorf("%d driver dirs for %d sandboxes", len(entries), len(list))
 	}

@@ -142,9 +142,9 @@ func (s *suite) create(t *testing.T, opts corral.CreateOptions) string {
 // agentSocket is the host path of sandbox id's agent socket.
 func (s *suite) agentSocket(id string) string {
 	if s.runtime == "gvisor" {
-		return filepath.Join(gvisor.MountDirFor(filepath.Join(s.d.StateDir, "gvisor")), id, "run", "agent.sock")
+		return filepath.Join(gvisor.MountDirFor(filepath.Join(s.d.RunDir, "gvisor")), id, "run", "agent.sock")
 	}
-	return filepath.Join(s.d.StateDir, "runc", "sandboxes", id, "agent.sock")
+	return filepath.Join(s.d.RunDir, "runc", "sandboxes", id, "agent.sock")
 }
 
 // cgroupProcs is the cgroup.procs file of sandbox id's memory cgroup.

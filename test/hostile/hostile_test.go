@@ -195,12 +195,13 @@ func testSyscalls(t *testing.T, s *suite) {
 }
 
 // testHostFiles looks for the host's secrets from inside: a host file, the
-// daemon's environment, its state directory and API socket, another
-// sandbox's agent socket, and a TCP listener on the host's loopback.
+// daemon's environment, its state and run directories and API socket,
+// another sandbox's agent socket, and a TCP listener on the host's
+// loopback.
 func testHostFiles(t *testing.T, s *suite) {
 	id := s.create(t, corral.CreateOptions{})
 	d := s.d
-	res := s.sh(t, id, "/attack find "+d.secret+" / "+d.Base+" "+d.StateDir, 60*time.Second)
+	res := s.sh(t, id, "/attack find "+d.secret+" / "+d.Base+" "+d.StateDir+" "+d.RunDir, 60*time.Second)
 	if !strings.Contains(res.stdout, "found total 0\n") || strings.Contains(res.stdout, "found /") {
 		t.Errorf("the secret is readable inside:\n%s", res.stdout)
 	}
@@ -216,8 +217,8 @@ func testHostFiles(t *testing.T, s *suite) {
 			t.Errorf("connecting to %s from inside: %q, want ENOENT", p, res.stdout)
 		}
 	}
-	res = s.sh(t, id, "ls "+d.StateDir+" "+d.Base+" 2>&1; cat /proc/1/root"+d.secretFile+" 2>&1; cat /etc/shadow 2>&1", 10*time.Second)
-	if strings.Contains(res.stdout, "corral.db") || strings.Contains(res.stdout, d.secret) {
+	res = s.sh(t, id, "ls "+d.StateDir+" "+d.RunDir+" "+d.Base+" 2>&1; cat /proc/1/root"+d.secretFile+" 2>&1; cat /etc/shadow 2>&1", 10*time.Second)
+	if strings.Contains(res.stdout, "corral.db") || strings.Contains(res.stdout, "netfiles") || strings.Contains(res.stdout, d.secret) {
 		t.Errorf("host files visible inside:\n%s", res.stdout)
 	}
 	if shadow, err := os.ReadFile("/etc/shadow"); err == nil && len(shadow) > 0 && strings.Contains(res.stdout, string(shadow)) {

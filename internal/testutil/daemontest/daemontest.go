@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/corralrun/corral/internal/daemon"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,7 +54,10 @@ type Daemon struct {
 	// cleanup.
 	Base string
 	// StateDir is the daemon's --state-dir and Socket its --socket.
+	// RunDir is its run dir, the default for StateDir: the daemon removes
+	// it when it stops without sandboxes.
 	StateDir string
+	RunDir   string
 	Socket   string
 	// Cgroup is the daemon's --cgroup-parent, such as "/corral-e2e-1a2b3c4d".
 	Cgroup string
@@ -99,6 +103,7 @@ func New(t testing.TB, opts Options) *Daemon {
 		Bin:      bin,
 		Base:     base,
 		StateDir: filepath.Join(base, "state"),
+		RunDir:   daemon.DefaultRunDir(filepath.Join(base, "state")),
 		Socket:   filepath.Join(base, "corral.sock"),
 		Cgroup:   "/corral-" + opts.Name + "-" + randHex(4),
 		Storage:  opts.Storage,
@@ -228,13 +233,13 @@ func (d *Daemon) BuildBusybox(name string) {
 
 // Slots returns the directories of the user-ID slots (runc's idmapped
 // sandbox roots) that this daemon's sandboxes hold: each slot's owner link
-// names a directory under StateDir.
+// names a directory under RunDir (or StateDir).
 func (d *Daemon) Slots() []string {
 	entries, _ := os.ReadDir(runc.DefaultMountDir)
 	var out []string
 	for _, e := range entries {
 		owner, err := os.Readlink(filepath.Join(runc.DefaultMountDir, e.Name(), "owner"))
-		if err == nil && strings.HasPrefix(owner, d.StateDir+"/") {
+		if err == nil && (strings.HasPrefix(owner, d.StateDir+"/") || strings.HasPrefix(owner, d.RunDir+"/")) {
 			out = append(out, filepath.Join(runc.DefaultMountDir, e.Name()))
 		}
 	}
@@ -269,6 +274,9 @@ func (d *Daemon) cleanup() {
 		}
 	}
 	os.RemoveAll(d.Base)
+	if d.RunDir != "" && len(testutil.Mounts(t, d.RunDir)) == 0 {
+		os.RemoveAll(d.RunDir)
+	}
 }
 
 // checkNoLeaks fails the test for every mount, cgroup, loop device,
@@ -278,8 +286,17 @@ func (d *Daemon) cleanup() {
 func (d *Daemon) checkNoLeaks() {
 	t := d.t
 	t.Helper()
-	if m := testutil.Mounts(t, d.StateDir); len(m) > 0 {
-		t.Errorf("leaked mounts: %v", m)
+	// A daemon that stops without sandboxes removes its run dir. (First:
+	// `runc list` below creates the directory it is given.)
+	if !d.Running() && d.RunDir != "" {
+		if left := testutil.Files(t, d.RunDir); len(left) > 0 {
+			t.Errorf("left in the run dir after the daemon stopped: %v", left)
+		}
+	}
+	for _, dir := range []string{d.StateDir, d.RunDir} {
+		if m := testutil.Mounts(t, dir); dir != "" && len(m) > 0 {
+			t.Errorf("leaked mounts: %v", m)
+		}
 	}
 	if c := testutil.CgroupDirs(t, d.Cgroup); len(c) > 0 {
 		t.Errorf("leaked cgroups: %v", c)
@@ -299,11 +316,11 @@ func (d *Daemon) checkNoLeaks() {
 			t.Errorf("leaked sandbox processes: %v", p)
 		}
 	}
-	out, err := exec.Command("runc", "--root", filepath.Join(d.StateDir, "runc", "state"), "list", "-q").Output()
+	out, err := exec.Command("runc", "--root", filepath.Join(d.RunDir, "runc", "state"), "list", "-q").Output()
 	if err == nil && strings.TrimSpace(string(out)) != "" {
 		t.Errorf("leaked runc containers: %s", out)
 	}
-	if g := gvisortest.Leftovers(filepath.Join(d.StateDir, "gvisor")); len(g) > 0 {
+	if g := gvisortest.Leftovers(filepath.Join(d.RunDir, "gvisor")); len(g) > 0 {
 		t.Errorf("leaked gVisor sandboxes: %v", g)
 	}
 	if n := d.Net.Leftovers(t); len(n) > 0 {

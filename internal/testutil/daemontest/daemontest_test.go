@@ -68,23 +68,34 @@ func TestStartNoticesExit(t *testing.T) {
 }
 
 // TestCleanup checks that the cleanup of a daemon that is no longer
-// running fails its test for a mount left under the state dir, prints the
-// daemon's log only then, and writes it to CORRAL_E2E_LOGS either way.
+// running fails its test for a mount left under the state dir or a file
+// left in the run dir, prints the daemon's log only then, and writes it to
+// CORRAL_E2E_LOGS either way.
 func TestCleanup(t *testing.T) {
 	testutil.RequiresRoot(t)
 	for _, tt := range []struct {
 		name       string
 		leakMount  bool
+		leakFile   bool
 		wantErrors []string
 	}{
 		{name: "clean"},
 		{name: "leaked mount", leakMount: true, wantErrors: []string{"leaked mounts: [STATE/leak]"}},
+		{name: "file left in the run dir", leakFile: true, wantErrors: []string{"left in the run dir after the daemon stopped: [RUN RUN/runc RUN/runc/config.json]"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			base := t.TempDir()
 			rec := &recorder{TB: t}
-			d := &Daemon{Base: base, StateDir: filepath.Join(base, "state"), Cgroup: "/corral-daemontest-" + randHex(4),
-				Net: testutil.NewDaemonNetwork(t), t: rec}
+			d := &Daemon{Base: base, StateDir: filepath.Join(base, "state"), RunDir: filepath.Join(t.TempDir(), "run"),
+				Cgroup: "/corral-daemontest-" + randHex(4), Net: testutil.NewDaemonNetwork(t), t: rec}
+			if tt.leakFile {
+				if err := os.MkdirAll(filepath.Join(d.RunDir, "runc"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(d.RunDir, "runc", "config.json"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tt.leakMount {
 				leak := filepath.Join(d.StateDir, "leak")
 				if err := os.MkdirAll(leak, 0o755); err != nil {
@@ -103,14 +114,14 @@ func TestCleanup(t *testing.T) {
 
 			var got []string
 			for _, e := range rec.errors {
-				got = append(got, strings.ReplaceAll(e, d.StateDir, "STATE"))
+				got = append(got, strings.ReplaceAll(strings.ReplaceAll(e, d.StateDir, "STATE"), d.RunDir, "RUN"))
 			}
 			if strings.Join(got, "\n") != strings.Join(tt.wantErrors, "\n") {
 				t.Errorf("errors: got %q, want %q", got, tt.wantErrors)
 			}
 			printed := strings.Contains(strings.Join(rec.logs, "\n"), "daemon logs:\nthe daemon's log\n")
-			if printed != tt.leakMount {
-				t.Errorf("daemon log printed: %v, want %v (logs %q)", printed, tt.leakMount, rec.logs)
+			if printed != (tt.leakMount || tt.leakFile) {
+				t.Errorf("daemon log printed: %v, want %v (logs %q)", printed, !printed, rec.logs)
 			}
 			if b, err := os.ReadFile(logFile); err != nil || string(b) != "the daemon's log\n" {
 				t.Errorf("CORRAL_E2E_LOGS file: %q, %v", b, err)
