@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/corralrun/corral/internal/driver/fake"
 	"github.com/corralrun/corral/internal/errdefs"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
+	"github.com/corralrun/corral/internal/testutil"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -471,4 +473,35 @@ func TestFailedDeleteCanBeRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.assertClean(t)
+}
+
+// dialCounter is the fake driver counting the connections made to agents.
+type dialCounter struct {
+	*fake.Driver
+	dials atomic.Int32
+}
+
+func (d *dialCounter) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	d.dials.Add(1)
+	return d.Driver.DialAgent(ctx, id)
+}
+
+// TestCreateWarmsAgentConnection checks that a create opens a connection
+// to the new sandbox's agent by itself, for the first exec to find in the
+// agent client's pool.
+func TestCreateWarmsAgentConnection(t *testing.T) {
+	var dc *dialCounter
+	h := newHarness(t, func(c *Config) {
+		dc = &dialCounter{Driver: c.Drivers[0].(*fake.Driver)}
+		c.Drivers = []driver.Driver{dc}
+	})
+	ctx := t.Context()
+	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, func() bool { return dc.dials.Load() == 1 })
+	if err := h.m.Exec(ctx, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 }
