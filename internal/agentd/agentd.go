@@ -48,7 +48,7 @@ type Server struct {
 	fs    fileSystem // nil when fsErr is set
 	fsErr error
 	procs *procTable
-	mux   *http.ServeMux
+	mux   *routes
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -84,30 +84,30 @@ func NewServer(opts Options) *Server {
 	}
 	s.procs = newProcTable(log, r)
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", s.handleHealth)
-	mux.HandleFunc("POST /exec", s.handleExec)
-	mux.HandleFunc("GET /files", s.handleReadFile)
-	mux.HandleFunc("PUT /files", s.handleWriteFile)
-	mux.HandleFunc("DELETE /files", s.handleRemove)
-	mux.HandleFunc("GET /files/stat", s.handleStat)
-	mux.HandleFunc("GET /files/list", s.handleList)
-	mux.HandleFunc("POST /files/mkdir", s.handleMkdir)
-	mux.HandleFunc("POST /files/rename", s.handleRename)
-	mux.HandleFunc("GET /files/archive", s.handleReadArchive)
-	mux.HandleFunc("PUT /files/archive", s.handleWriteArchive)
-	mux.HandleFunc("GET /files/watch", s.handleWatch)
-	mux.HandleFunc("POST /processes", s.handleStart)
-	mux.HandleFunc("GET /processes", s.handleProcesses)
-	mux.HandleFunc("GET /processes/{pid}", s.handleProcess)
-	mux.HandleFunc("DELETE /processes/{pid}", s.handleRemoveProcess)
-	mux.HandleFunc("GET /processes/{pid}/output", s.handleOutput)
-	mux.HandleFunc("POST /processes/{pid}/stdin", s.handleStdin)
-	mux.HandleFunc("DELETE /processes/{pid}/stdin", s.handleCloseStdin)
-	mux.HandleFunc("POST /processes/{pid}/signal", s.handleSignal)
-	mux.HandleFunc("POST /processes/{pid}/resize", s.handleResize)
-	mux.HandleFunc("GET /processes/{pid}/wait", s.handleWait)
-	mux.HandleFunc("GET /connect", s.handleConnect)
+	mux := newRoutes()
+	mux.handle("GET", "/health", s.handleHealth)
+	mux.handle("POST", "/exec", s.handleExec)
+	mux.handle("GET", "/files", s.handleReadFile)
+	mux.handle("PUT", "/files", s.handleWriteFile)
+	mux.handle("DELETE", "/files", s.handleRemove)
+	mux.handle("GET", "/files/stat", s.handleStat)
+	mux.handle("GET", "/files/list", s.handleList)
+	mux.handle("POST", "/files/mkdir", s.handleMkdir)
+	mux.handle("POST", "/files/rename", s.handleRename)
+	mux.handle("GET", "/files/archive", s.handleReadArchive)
+	mux.handle("PUT", "/files/archive", s.handleWriteArchive)
+	mux.handle("GET", "/files/watch", s.handleWatch)
+	mux.handle("POST", "/processes", s.handleStart)
+	mux.handle("GET", "/processes", s.handleProcesses)
+	mux.handle("GET", "/processes/{pid}", s.handleProcess)
+	mux.handle("DELETE", "/processes/{pid}", s.handleRemoveProcess)
+	mux.handle("GET", "/processes/{pid}/output", s.handleOutput)
+	mux.handle("POST", "/processes/{pid}/stdin", s.handleStdin)
+	mux.handle("DELETE", "/processes/{pid}/stdin", s.handleCloseStdin)
+	mux.handle("POST", "/processes/{pid}/signal", s.handleSignal)
+	mux.handle("POST", "/processes/{pid}/resize", s.handleResize)
+	mux.handle("GET", "/processes/{pid}/wait", s.handleWait)
+	mux.handle("GET", "/connect", s.handleConnect)
 	s.mux = mux
 	return s
 }
