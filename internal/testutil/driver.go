@@ -44,10 +44,16 @@ func CgroupParent(t testing.TB) string {
 // DriverDeps returns what a driver under test needs besides its own
 // configuration: a short root directory (unix socket paths are limited to
 // 107 bytes) and a running reaper. Both go when the test ends, after the
-// cleanups registered later, such as the driver's Close.
+// cleanups registered later, such as the driver's Close. The root is on
+// the /run tmpfs, where the daemon keeps its drivers' roots (its run dir),
+// when /run is there.
 func DriverDeps(t testing.TB) (root string, rp *reaper.Reaper) {
 	t.Helper()
-	root, err := os.MkdirTemp("", "crl")
+	dir := "/run/corral-test"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		dir = ""
+	}
+	root, err := os.MkdirTemp(dir, "crl")
 	if err != nil {
 		t.Fatal(err)
 	}
