@@ -136,7 +136,10 @@ func bareBundle(b testing.TB) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	b.Cleanup(func() {
+		os.RemoveAll(dir)
+		os.RemoveAll(filepath.Join("/run/corral-test", filepath.Base(dir)))
+	})
 	if err := template.FillBusybox(filepath.Join(dir, "rootfs"), ""); err != nil {
 		b.Fatal(err)
 	}
@@ -162,11 +165,21 @@ func bareBundle(b testing.TB) string {
 	return dir
 }
 
+// bareRuntimeRoot is the --root of the bare runtime runs of bundle: on the
+// /run tmpfs, as runc's own default (/run/runc) and Corral's run dir are.
+func bareRuntimeRoot(b testing.TB, bundle, name string) string {
+	root := filepath.Join("/run/corral-test", filepath.Base(bundle), name)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	return root
+}
+
 // bareRuncRun runs the bundle with `runc run` and returns the time until
 // its first output byte.
 func bareRuncRun(b testing.TB, bundle string) time.Duration {
 	id := "corral-bare-" + randHex(4)
-	root := filepath.Join(bundle, "state")
+	root := bareRuntimeRoot(b, bundle, "runc")
 	cmd := exec.Command("runc", "--root", root, "run", "--bundle", bundle, id)
 	return firstOutputOf(b, cmd, func() {
 		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,7 +122,7 @@ func TestGVisor(t *testing.T) {
 // uses, and returns the time until its first output byte.
 func bareRunscRun(b testing.TB, bundle string) time.Duration {
 	id := "corral-bare-" + randHex(4)
-	root := filepath.Join(bundle, "runsc-state")
+	root := bareRuntimeRoot(b, bundle, "runsc")
 	flags := []string{"--root", root, "--platform=systrap", "--network=none", "--overlay2=none", "--oci-seccomp"}
 	cmd := exec.Command("runsc", append(flags, "run", "--bundle", bundle, id)...)
 	return firstOutputOf(b, cmd, func() {
