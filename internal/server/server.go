@@ -325,6 +325,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}
+		if ev.Type == wire.EventExit {
+			// The last event: the end of the response, written when the
+			// handler returns, carries it in the same write.
+			return nil
+		}
 		return rc.Flush()
 	})
 	if err == nil {
