@@ -191,7 +191,7 @@ func (c *Config) setDefaults() error {
 	if c.RunDir, err = filepath.Abs(c.RunDir); err != nil {
 		return err
 	}
-	return nil
+	return checkRunDir(c.RunDir)
 }
 
 // Daemon is a running Corral daemon.
@@ -199,6 +199,7 @@ type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
 	lock    *os.File
+	runLock *os.File // the run dir's, when it is not the state dir
 	store   *store.Store
 	storage storage.Backend
 	reaper  *reaper.Reaper
@@ -234,13 +235,25 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.lock, err = lockDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	if dir, legacy := runDir(d.cfg.StateDir, d.cfg.RunDir); legacy {
-		d.log.Warn("sandboxes of an older Corral keep their runtime state in the state dir: it stays the run dir until none is left",
-			"state_dir", d.cfg.StateDir, "run_dir", d.cfg.RunDir)
+	dir, kept, err := runDir(d.cfg.StateDir, d.cfg.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	if kept {
+		d.log.Warn("the run dir of the last start still holds sandboxes: it stays the run dir until none is left",
+			"run_dir", dir, "configured_run_dir", d.cfg.RunDir)
 		d.cfg.RunDir = dir
 	}
-	if err := os.MkdirAll(d.cfg.RunDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating run dir: %w", err)
+	if d.cfg.RunDir != d.cfg.StateDir {
+		if err := makeRunDir(d.cfg.RunDir); err != nil {
+			return nil, err
+		}
+		if d.runLock, err = lockDir(d.cfg.RunDir); err != nil {
+			return nil, err
+		}
+	}
+	if err := recordRunDir(d.cfg.StateDir, d.cfg.RunDir); err != nil {
+		return nil, err
 	}
 	if d.store, err = store.Open(ctx, filepath.Join(cfg.StateDir, "corral.db")); err != nil {
 		return nil, err
@@ -380,8 +393,12 @@ func (d *Daemon) shutdown(ctx context.Context) {
 		_ = s.Shutdown(ctx)
 	}
 	idle := true
-	if d.manager != nil {
-		idle = len(d.manager.List(sandbox.Filter{})) == 0
+	// Only a daemon that reconciled knows that no sandbox is left; one
+	// that failed before must not remove what another daemon on the same
+	// state or run dir may be using.
+	started := d.manager != nil
+	if started {
+		idle = len(d.manager.List(sandbox.Filter{Pooled: true})) == 0
 		_ = d.manager.Close() // waits for network teardowns
 	}
 	d.closeNetwork(ctx)
@@ -396,14 +413,17 @@ func (d *Daemon) shutdown(ctx context.Context) {
 			d.log.Error("closing storage", "err", err)
 		}
 	}
-	if idle {
+	if idle && started {
 		removeCgroupParent(d.cfg.CgroupParent)
-		if d.cfg.RunDir != d.cfg.StateDir {
-			removeEmptyDirs(d.cfg.RunDir)
+		if d.runLock != nil {
+			removeRunDir(d.cfg.RunDir)
 		}
 	}
 	if d.store != nil {
 		_ = d.store.Close()
+	}
+	if d.runLock != nil {
+		_ = d.runLock.Close()
 	}
 	if d.lock != nil {
 		_ = d.lock.Close()
@@ -432,10 +452,13 @@ func checkLimits(def, max sandbox.Limits) error {
 	return nil
 }
 
+// lockFile is the daemon's lock in its state dir and in its run dir.
+const lockFile = "daemon.lock"
+
 // lockDir takes an exclusive lock on dir/daemon.lock so that two daemons
 // never manage the same state. The lock is released when the process dies.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening daemon lock: %w", err)
 	}

@@ -19,62 +19,95 @@ func TestDefaultRunDir(t *testing.T) {
 	if !strings.HasPrefix(a, DefaultRunRoot+"/state-") {
 		t.Errorf("DefaultRunDir = %s, want it under %s", a, DefaultRunRoot)
 	}
+	if err := checkRunDir(a); err != nil {
+		t.Error(err)
+	}
+	if err := checkRunDir("/run/" + strings.Repeat("x", 60)); err == nil {
+		t.Error("a run dir too long for agent sockets was accepted")
+	}
 }
 
-func TestRunDirKeepsLegacyState(t *testing.T) {
+// makeFiles creates files (and directories, for names ending in /) under
+// dir.
+func makeFiles(t *testing.T, dir string, files []string) {
+	t.Helper()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		parent := filepath.Dir(p)
+		if strings.HasSuffix(f, "/") {
+			parent = p
+		}
+		if err := os.MkdirAll(parent, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(f, "/") {
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestRunDirKeepsOneWithSandboxes checks which run dir a daemon takes: the
+// configured one, unless the one recorded at the last start (or, without
+// a record, the state dir of an older Corral) still holds anything of
+// sandboxes or spares.
+func TestRunDirKeepsOneWithSandboxes(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		files  []string
-		legacy bool
+		name     string
+		files    []string
+		recorded bool // the old run dir is recorded; else it is the state dir
+		kept     bool
 	}{
-		{"fresh", nil, false},
-		{"empty runtime dirs", []string{"runc/state/", "gvisor/state/", "network/netns/", "netfiles/"}, false},
-		{"network spares only", []string{"network/netns/.spare-1", "network/netns/.spare-2.target"}, false},
-		{"runc container", []string{"runc/state/abc/state.json"}, true},
-		{"gVisor sandbox", []string{"gvisor/state/abc/"}, true},
-		{"network namespace", []string{"network/netns/abc"}, true},
+		{"fresh", nil, false, false},
+		{"empty runtime dirs", []string{"runc/state/", "gvisor/state/", "network/netns/", "netfiles/"}, false, false},
+		{"runc container", []string{"runc/state/abc/state.json"}, false, true},
+		{"half-made runc sandbox", []string{"runc/sandboxes/abc/"}, false, true},
+		{"user namespace spare", []string{"runc/userns-spares/1/"}, false, true},
+		{"gVisor sandbox", []string{"gvisor/state/abc_sandbox:abc.state"}, false, true},
+		{"network namespace", []string{"network/netns/abc"}, false, true},
+		{"network spare", []string{"network/netns/.spare-1"}, false, true},
+		{"recorded, empty", []string{"runc/state/"}, true, false},
+		{"recorded, with a container", []string{"runc/state/abc/state.json"}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
-			for _, f := range tc.files {
-				p := filepath.Join(state, f)
-				dir := filepath.Dir(p)
-				if strings.HasSuffix(f, "/") {
-					dir = p
-				}
-				if err := os.MkdirAll(dir, 0o700); err != nil {
+			old := state
+			if tc.recorded {
+				old = filepath.Join(t.TempDir(), "old-run")
+				if err := recordRunDir(state, old); err != nil {
 					t.Fatal(err)
 				}
-				if !strings.HasSuffix(f, "/") {
-					if err := os.WriteFile(p, nil, 0o600); err != nil {
-						t.Fatal(err)
-					}
-				}
 			}
+			makeFiles(t, old, tc.files)
 			run := filepath.Join(t.TempDir(), "run")
-			dir, legacy := runDir(state, run)
-			want := run
-			if tc.legacy {
-				want = state
+			dir, kept, err := runDir(state, run)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if dir != want || legacy != tc.legacy {
-				t.Errorf("runDir = %s, %v; want %s, %v", dir, legacy, want, tc.legacy)
+			want := run
+			if tc.kept {
+				want = old
+			}
+			if dir != want || kept != tc.kept {
+				t.Errorf("runDir = %s, %v; want %s, %v", dir, kept, want, tc.kept)
 			}
 		})
 	}
 }
 
-func TestRemoveEmptyDirs(t *testing.T) {
+func TestRemoveRunDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	for _, d := range []string{"runc/state", "runc/sandboxes", "network/netns", "gvisor"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+	if err := makeRunDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range runDirEntries {
+		if err := os.Mkdir(filepath.Join(dir, e), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "network/netns/abc"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	removeEmptyDirs(dir)
+	makeFiles(t, dir, []string{"network/netns/abc", "daemon.lock", "mine/"})
+	removeRunDir(dir)
 	var left []string
 	filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
 		if err == nil {
@@ -82,14 +115,37 @@ func TestRemoveEmptyDirs(t *testing.T) {
 		}
 		return nil
 	})
-	if want := []string{"", "/network", "/network/netns", "/network/netns/abc"}; !slices.Equal(left, want) {
+	// What the daemon did not make stays, and so do its parents.
+	if want := []string{"", "/mine", "/network", "/network/netns", "/network/netns/abc"}; !slices.Equal(left, want) {
 		t.Errorf("left %q, want %q", left, want)
 	}
-	if err := os.Remove(filepath.Join(dir, "network/netns/abc")); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"network/netns/abc", "mine"} {
+		if err := os.Remove(filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	removeEmptyDirs(dir)
+	removeRunDir(dir)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("empty run dir not removed: %v", err)
+	}
+}
+
+func TestMakeRunDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeRunDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("run dir mode %v, %v; want 0700", fi.Mode(), err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeRunDir(link); err == nil {
+		t.Error("a symbolic link was taken as the run dir")
 	}
 }

@@ -375,6 +375,40 @@ func rootsDir(d *daemon) string {
 	return filepath.Join(d.StateDir, "storage", "mnt", "roots")
 }
 
+// TestSecondDaemonLeavesFirstAlone starts a second daemon on the state dir
+// of a running, idle one: it must refuse to start, and leave the first
+// one's run dir and cgroup parent as they were (a daemon that fails to
+// start removes nothing).
+func TestSecondDaemonLeavesFirstAlone(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	if err := d.Client.Delete(t.Context(), d.create(t, corral.CreateOptions{}).ID); err != nil {
+		t.Fatal(err)
+	}
+	cgroup := filepath.Join("/sys/fs/cgroup/memory", d.Cgroup) // cgroup v1
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cgroup = filepath.Join("/sys/fs/cgroup", d.Cgroup) // v2
+	}
+	if _, err := os.Stat(cgroup); err != nil {
+		t.Fatalf("cgroup parent after a sandbox: %v", err)
+	}
+	before := testutil.Files(t, d.RunDir)
+	if len(before) < 3 {
+		t.Fatalf("run dir of a running daemon: %v", before)
+	}
+	out, err := exec.Command(d.Bin, "server", "--state-dir", d.StateDir, "--socket", filepath.Join(d.Base, "second.sock"),
+		"--cgroup-parent", d.Cgroup).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another corral daemon uses") {
+		t.Fatalf("second daemon on the same state dir: %v\n%s", err, out)
+	}
+	if after := testutil.Files(t, d.RunDir); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("run dir changed by the second daemon:\nbefore %v\nafter  %v", before, after)
+	}
+	if _, err := os.Stat(cgroup); err != nil {
+		t.Fatalf("cgroup parent after the second daemon: %v", err)
+	}
+	d.execOut(t, d.create(t, corral.CreateOptions{}).ID, "true")
+}
+
 // TestRestartKeepsSandboxes: a sandbox created before a clean restart is
 // usable after it, with its files.
 func TestRestartKeepsSandboxes(t *testing.T) {

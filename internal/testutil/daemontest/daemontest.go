@@ -13,7 +13,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"github.com/corralrun/corral/internal/daemon"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/daemon"
 	"github.com/corralrun/corral/internal/driver/gvisor/gvisortest"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/testutil"
@@ -54,8 +54,8 @@ type Daemon struct {
 	// cleanup.
 	Base string
 	// StateDir is the daemon's --state-dir and Socket its --socket.
-	// RunDir is its run dir, the default for StateDir: the daemon removes
-	// it when it stops without sandboxes.
+	// RunDir is its run dir, the default for StateDir (Args must not name
+	// another): the daemon removes it when it stops without sandboxes.
 	StateDir string
 	RunDir   string
 	Socket   string
