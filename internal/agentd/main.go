@@ -223,13 +223,22 @@ func version() string {
 	return ""
 }
 
-// confine installs the seccomp program the driver passed, in filter or
-// in the file filterFile (--seccomp, --seccomp-file), then writes the
-// limits in the file limits (--limits); empty ones are left out. The
-// filter goes on before anything else: no process of the sandbox but this
-// one, at this point, ever runs without it. The limits come before any
-// process can be started.
+// confine makes the agent not dumpable, installs the seccomp program the
+// driver passed, in filter or in the file filterFile (--seccomp,
+// --seccomp-file), then writes the limits in the file limits (--limits);
+// empty ones are left out. The filter goes on before anything else: no
+// process of the sandbox but this one, at this point, ever runs without
+// it. The limits come before any process can be started.
 func confine(filter, filterFile, limits string) error {
+	// Not dumpable: the sandbox's processes, which run as the agent's user
+	// (or, without user namespaces, as a root that may override file
+	// modes), cannot open the agent's descriptors through /proc/1/fd, such
+	// as its log on the host (in the run dir, a tmpfs), nor read its
+	// memory or environment. What the agent starts is dumpable again after
+	// its execve.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the agent not dumpable: %w", err)
+	}
 	if filterFile != "" {
 		b, err := os.ReadFile(filterFile)
 		if err != nil {

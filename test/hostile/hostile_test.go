@@ -210,6 +210,12 @@ func testHostFiles(t *testing.T, s *suite) {
 	if strings.Contains(res.stdout, d.secret) || strings.Contains(res.stdout, "CORRAL_TEST_SECRET") {
 		t.Errorf("the daemon's environment is visible inside:\n%s", res.stdout)
 	}
+	// The agent's descriptors, its log on the host among them, and its
+	// environment: the agent is not dumpable.
+	res = s.sh(t, id, "echo x >> /proc/1/fd/2 && echo wrote; cat /proc/1/fd/2 >/dev/null && echo opened; cat /proc/1/environ >/dev/null && echo read; true", 10*time.Second)
+	if strings.TrimSpace(res.stdout) != "" {
+		t.Errorf("the agent's descriptors or environment from inside: %q", res.stdout)
+	}
 	agentSock := s.agentSocket(s.neighbour)
 	res = s.sh(t, id, "/attack connect "+d.Socket+" "+agentSock, 10*time.Second)
 	for _, p := range []string{d.Socket, agentSock} {

@@ -93,6 +93,12 @@ func TestConfinement(t *testing.T) {
 			if want := "1234\n1234\n0\nunknown\n500\n"; out != want {
 				t.Errorf("limits and lo state = %q, want %q", out, want)
 			}
+			// The agent is not dumpable: its descriptors (its log on the
+			// host above all) and environment are out of reach.
+			out, err = execOnce(ctx, d, "conf", "echo x >> /proc/1/fd/2 && echo wrote; cat /proc/1/fd/2 >/dev/null && echo opened; cat /proc/1/environ >/dev/null && echo read; true")
+			if err != nil || out != "" {
+				t.Errorf("the agent's descriptors or environment from inside: %q, %v", out, err)
+			}
 			out, err = execOnce(ctx, d, "conf", "cat /proc/self/uid_map; echo x > /made-inside; stat -c '%u %g' / /made-inside")
 			if err != nil {
 				t.Fatal(err)
