@@ -77,26 +77,25 @@ func (d *Driver) takeNSSpare(dir string) (nsSpare, bool) {
 
 // claimSlot hands sp's slot to the sandbox directory dir: the slot's
 // owner link names dir, and dir's rootfs link the slot's mount point, as
-// allocSlot would have made them.
+// allocSlot would have made them. The rootfs link comes first: a crash
+// between the two leaves the slot owned by the spare's marker, which the
+// next New removes, so that its sweep frees the slot; the other way round
+// the slot would belong to a sandbox directory that does not name it, and
+// the sandbox's Delete could not free it.
 func (d *Driver) claimSlot(sp nsSpare, dir string) error {
 	unlock, err := d.lockSlots()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	link := filepath.Join(dir, rootfsLink)
+	if err := os.Symlink(sp.mnt, link); err != nil {
+		return fmt.Errorf("claiming slot %d: %w", sp.slot, err)
+	}
 	owner := filepath.Join(d.slotDir(sp.slot), "owner")
-	tmp := owner + ".new"
-	os.Remove(tmp)
-	if err := os.Symlink(dir, tmp); err != nil {
-		return fmt.Errorf("claiming slot %d: %w", sp.slot, err)
-	}
-	if err := os.Rename(tmp, owner); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("claiming slot %d: %w", sp.slot, err)
-	}
-	if err := os.Symlink(sp.mnt, filepath.Join(dir, rootfsLink)); err != nil {
-		// Back to the marker, which destroyNSSpare releases.
-		return errors.Join(fmt.Errorf("claiming slot %d: %w", sp.slot, err), d.repoint(owner, sp.marker))
+	if err := d.repoint(owner, dir); err != nil {
+		// The owner is still the marker, which destroyNSSpare releases.
+		return errors.Join(fmt.Errorf("claiming slot %d: %w", sp.slot, err), os.Remove(link))
 	}
 	os.Remove(filepath.Join(sp.marker, rootfsLink))
 	os.Remove(sp.marker)
@@ -110,7 +109,11 @@ func (d *Driver) repoint(owner, dir string) error {
 	if err := os.Symlink(dir, tmp); err != nil {
 		return err
 	}
-	return os.Rename(tmp, owner)
+	if err := os.Rename(tmp, owner); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // makeOneNSSpare makes a spare if fewer than Config.UserNSSpares are

@@ -98,3 +98,48 @@ func TestUserNSSparesAfterCrash(t *testing.T) {
 		t.Errorf("slots of the crashed driver's spares left: %v", got)
 	}
 }
+
+// TestSpareClaimInterrupted: a crash between the two steps of taking a
+// spare (claimSlot) leaves the sandbox directory naming the slot while the
+// slot still belongs to the spare's marker. The next driver on the root
+// frees the slot, and a Delete of the half-made sandbox succeeds and
+// leaves no slot behind.
+func TestSpareClaimInterrupted(t *testing.T) {
+	e := newEnv(t)
+	first := e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = true, 1 })
+	first.spares.refill.Run()
+	first.spares.mu.Lock()
+	if len(first.spares.ready) != 1 {
+		first.spares.mu.Unlock()
+		t.Fatalf("%d spares, want 1", len(first.spares.ready))
+	}
+	sp := first.spares.ready[0]
+	first.spares.ready = nil
+	first.spares.mu.Unlock()
+	sp.ns.Close()
+	dir := first.dir("half")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sp.mnt, filepath.Join(dir, rootfsLink)); err != nil {
+		t.Fatal(err)
+	}
+
+	second, err := New(first.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if got := slotsOwnedBy(t, second, first.cfg.Root); len(got) != 0 {
+		t.Errorf("slots left after the restart: %v", got)
+	}
+	if err := second.Delete(t.Context(), "half"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("sandbox directory after Delete: %v", err)
+	}
+	if got := slotsOwnedBy(t, second, first.cfg.Root); len(got) != 0 {
+		t.Errorf("slots left after Delete: %v", got)
+	}
+}

@@ -129,11 +129,14 @@ func (d *Driver) allocSlotFrom(dir string, start int) (int, string, error) {
 			return 0, "", fmt.Errorf("creating slot %d: %w", n, err)
 		}
 		mnt := filepath.Join(sd, "rootfs")
+		// The owner link last: until it is there the slot is stale (a
+		// crash leaves it to the next sweep), and once it is, dir's
+		// rootfs link names the slot for Delete to free.
 		steps := []func() error{
 			func() error { return os.Chown(sd, idBase, idBase) },
-			func() error { return os.Symlink(dir, filepath.Join(sd, "owner")) },
 			func() error { return os.Mkdir(mnt, 0o755) },
 			func() error { return os.Symlink(mnt, filepath.Join(dir, rootfsLink)) },
+			func() error { return os.Symlink(dir, filepath.Join(sd, "owner")) },
 		}
 		for _, step := range steps {
 			if err := step(); err != nil {
