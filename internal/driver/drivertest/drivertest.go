@@ -518,8 +518,10 @@ func testErrorKinds(t *testing.T, s *suite) {
 }
 
 // counterLoop is a background process whose state is in memory: its
-// counter i, mirrored into /tmp/c ten times a second.
-const counterLoop = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"
+// counter i, mirrored into /tmp/c ten times a second. The file is replaced
+// at once each time: "echo > /tmp/c" truncates it first, and a read could
+// fall in between.
+const counterLoop = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done"
 
 func testCheckpointRestore(t *testing.T, s *suite) {
 	cp, ok := s.d.(driver.Checkpointer)
