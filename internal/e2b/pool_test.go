@@ -16,11 +16,15 @@ func TestCreateClaimsFromPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.m.RemovePool(context.Background(), "warm") })
+	// A member is listed from the start of its create; it can be claimed
+	// once the pool counts it ready.
 	var member string
 	for deadline := time.Now().Add(10 * time.Second); member == ""; {
-		for _, sb := range e.m.List(sandbox.Filter{Pooled: true}) {
-			if sb.Pool == "warm" {
-				member = sb.ID
+		if st, err := e.m.PoolStatus("warm"); err == nil && st.Ready == 1 {
+			for _, sb := range e.m.List(sandbox.Filter{Pooled: true}) {
+				if sb.Pool == "warm" {
+					member = sb.ID
+				}
 			}
 		}
 		if time.Now().After(deadline) {

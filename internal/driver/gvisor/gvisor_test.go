@@ -115,7 +115,7 @@ func TestConformance(t *testing.T) {
 				CopyRootFS:   func(t *testing.T, src string) string { return copyTree(t, src) },
 				CgroupParent: e.cgroupParent,
 				Features: drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true,
-					OOMKillsInstance: true, PidsOvershoot: 32},
+					OOMKillsInstance: true, PidsOvershoot: 48},
 			})
 		})
 	}
