@@ -71,6 +71,30 @@ func TestUserNSSpares(t *testing.T) {
 	}
 }
 
+// crashSpares does to d's ready spares what a daemon crash does: their
+// holders die, nothing else is undone. It returns the spares.
+func crashSpares(d *Driver) []nsSpare {
+	d.spares.mu.Lock()
+	defer d.spares.mu.Unlock()
+	spares := d.spares.ready
+	for _, sp := range spares {
+		sp.ns.Close()
+	}
+	d.spares.ready = nil
+	return spares
+}
+
+// restarted is a new driver on d's root, as after a crash of d's daemon.
+func restarted(t *testing.T, d *Driver) *Driver {
+	t.Helper()
+	second, err := New(d.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Close() })
+	return second
+}
+
 // TestUserNSSparesAfterCrash: a driver killed with spares made leaves
 // slots whose markers the next driver on the same root removes, and its
 // sweep frees them.
@@ -81,19 +105,8 @@ func TestUserNSSparesAfterCrash(t *testing.T) {
 	if got := slotsOwnedBy(t, first, first.sparesDir()); len(got) != 2 {
 		t.Fatalf("spare slots %v, want 2", got)
 	}
-	// The crash: the holders die with the daemon; nothing else is undone.
-	first.spares.mu.Lock()
-	for _, sp := range first.spares.ready {
-		sp.ns.Close()
-	}
-	first.spares.ready = nil
-	first.spares.mu.Unlock()
-
-	second, err := New(first.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close()
+	crashSpares(first)
+	second := restarted(t, first)
 	if got := slotsOwnedBy(t, second, first.cfg.Root); len(got) != 0 {
 		t.Errorf("slots of the crashed driver's spares left: %v", got)
 	}
@@ -108,15 +121,11 @@ func TestSpareClaimInterrupted(t *testing.T) {
 	e := newEnv(t)
 	first := e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = true, 1 })
 	first.spares.refill.Run()
-	first.spares.mu.Lock()
-	if len(first.spares.ready) != 1 {
-		first.spares.mu.Unlock()
-		t.Fatalf("%d spares, want 1", len(first.spares.ready))
+	spares := crashSpares(first)
+	if len(spares) != 1 {
+		t.Fatalf("%d spares, want 1", len(spares))
 	}
-	sp := first.spares.ready[0]
-	first.spares.ready = nil
-	first.spares.mu.Unlock()
-	sp.ns.Close()
+	sp := spares[0]
 	dir := first.dir("half")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -125,11 +134,7 @@ func TestSpareClaimInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	second, err := New(first.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close()
+	second := restarted(t, first)
 	if got := slotsOwnedBy(t, second, first.cfg.Root); len(got) != 0 {
 		t.Errorf("slots left after the restart: %v", got)
 	}
