@@ -32,6 +32,10 @@ type Options struct {
 	// only for the processes it started. Only one Init server may run in a
 	// process, and nothing else in that process may wait for children.
 	Init bool
+	// ForkExec starts every process the server runs; nil means
+	// syscall.ForkExec. The agent passes its spawner's, whose thread
+	// carries the sandbox's seccomp filter.
+	ForkExec ForkExecFunc
 }
 
 // Server serves the agent protocol. Close kills every process it started.
@@ -82,7 +86,7 @@ func NewServer(opts Options) *Server {
 	if opts.Init {
 		r = startReaper()
 	}
-	s.procs = newProcTable(log, r)
+	s.procs = newProcTable(log, r, opts.ForkExec)
 
 	mux := newRoutes()
 	mux.handle("GET", "/health", s.handleHealth)

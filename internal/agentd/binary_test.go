@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -187,62 +188,78 @@ func TestAgentBinaryStartupError(t *testing.T) {
 
 // With --seccomp the agent installs the filter on itself before it reports
 // ready, and every process it starts inherits it; a program it cannot
-// decode or install stops the start-up.
+// decode or install stops the start-up. With --spawn-thread the filter goes
+// on the one thread that starts processes instead of on every thread.
 func TestAgentBinarySeccomp(t *testing.T) {
 	prog, err := seccomp.Compile(seccomp.Profile(seccomp.Options{Arch: runtime.GOARCH}))
 	if err != nil {
 		t.Skipf("no seccomp compiler here: %v", err)
 	}
-	for _, bad := range []string{"not base64!", seccomp.Encode(prog[:3])} {
-		p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", "--seccomp="+bad)
-		if !strings.HasPrefix(p.ready, "error: ") {
-			t.Errorf("program %.20q: ready fd said %q, want an error", bad, p.ready)
-		}
-		if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
-			t.Errorf("program %.20q: exit %v, want 1", bad, err)
-		}
-	}
-
 	// The program may also come in a file (gVisor).
 	file := filepath.Join(t.TempDir(), "seccomp")
 	if err := os.WriteFile(file, []byte(seccomp.Encode(prog)), 0o444); err != nil {
 		t.Fatal(err)
 	}
-	for _, arg := range []string{"--seccomp-file=" + file + ".missing", "--seccomp-file=" + filepath.Dir(file)} {
-		p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", arg)
-		if !strings.HasPrefix(p.ready, "error: ") {
-			t.Errorf("%s: ready fd said %q, want an error", arg, p.ready)
-		}
-		p.cmd.Wait()
-	}
-	for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
-		t.Run(strings.SplitN(arg, "=", 2)[0], func(t *testing.T) { testAgentSeccomp(t, arg) })
+	for _, mode := range []string{"every-thread", "spawn-thread"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"--listen-fd=4", "--ready-fd=3"}
+			oneThread := mode == "spawn-thread"
+			if oneThread {
+				args = append(args, "--spawn-thread")
+			}
+			for _, bad := range []string{
+				"--seccomp=not base64!", "--seccomp=" + seccomp.Encode(prog[:3]),
+				"--seccomp-file=" + file + ".missing", "--seccomp-file=" + filepath.Dir(file),
+			} {
+				p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, bad)...)
+				if !strings.HasPrefix(p.ready, "error: ") {
+					t.Errorf("%.40q: ready fd said %q, want an error", bad, p.ready)
+				}
+				if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
+					t.Errorf("%.40q: exit %v, want 1", bad, err)
+				}
+			}
+			for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
+				t.Run(strings.SplitN(arg, "=", 2)[0], func(t *testing.T) { testAgentSeccomp(t, oneThread, append(args, arg)...) })
+			}
+		})
 	}
 }
 
-func testAgentSeccomp(t *testing.T, arg string) {
-	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", arg)
+func testAgentSeccomp(t *testing.T, oneThread bool, args ...string) {
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, args...)
 	if p.ready != "ok\n" {
 		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
 	}
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
-	if err != nil || !bytes.Contains(status, []byte("\nSeccomp:\t2\n")) {
-		t.Errorf("agent's own status: %v\n%s", err, status)
+	// Processes started one after the other and at once all carry it.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			res, err := runExec(t.Context(), p.client, wire.ExecRequest{Shell: "grep '^Seccomp:' /proc/self/status; unshare -U true && echo unshared"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if out := string(res.stdout); !strings.HasPrefix(out, "Seccomp:\t2\n") || strings.Contains(out, "unshared") {
+				t.Errorf("process under the agent: %q, stderr %q", out, res.stderr)
+			}
+		})
 	}
-	// Every thread, not only the one that installed it.
-	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/task")
+	wg.Wait()
+	pid := strconv.Itoa(p.cmd.Process.Pid)
+	tasks, _ := os.ReadDir("/proc/" + pid + "/task")
+	filtered := 0
 	for _, task := range tasks {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/task/" + task.Name() + "/status")
-		if !bytes.Contains(b, []byte("\nSeccomp:\t2\n")) {
+		b, _ := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/status")
+		if bytes.Contains(b, []byte("\nSeccomp:\t2\n")) {
+			filtered++
+		} else if !oneThread {
 			t.Errorf("agent thread %s has no filter", task.Name())
 		}
 	}
-	res, err := runExec(t.Context(), p.client, wire.ExecRequest{Shell: "grep '^Seccomp:' /proc/self/status; unshare -U true && echo unshared"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out := string(res.stdout); !strings.HasPrefix(out, "Seccomp:\t2\n") || strings.Contains(out, "unshared") {
-		t.Errorf("process under the agent: %q, stderr %q", out, res.stderr)
+	// The spawner's thread only (Go makes no thread from a locked one).
+	if oneThread && filtered != 1 {
+		t.Errorf("%d of %d agent threads filtered, want 1", filtered, len(tasks))
 	}
 	if code := p.stop(t); code != 0 {
 		t.Errorf("agent exit code %d", code)
@@ -251,8 +268,20 @@ func testAgentSeccomp(t *testing.T, arg string) {
 
 // With --limits the agent writes each FILE=VALUE line of the file before
 // it reports ready; a file it cannot read or write, or a malformed line,
-// stops the start-up.
+// stops the start-up. With --spawn-thread the spawner's thread writes them.
 func TestAgentBinaryLimits(t *testing.T) {
+	for _, mode := range []string{"every-thread", "spawn-thread"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"--listen-fd=4", "--ready-fd=3"}
+			if mode == "spawn-thread" {
+				args = append(args, "--spawn-thread")
+			}
+			testAgentLimits(t, args)
+		})
+	}
+}
+
+func testAgentLimits(t *testing.T, args []string) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "pids.max"), filepath.Join(dir, "memory.limit_in_bytes")
 	for _, f := range []string{a, b} {
@@ -269,7 +298,7 @@ func TestAgentBinaryLimits(t *testing.T) {
 		}
 		return "--limits=" + f
 	}
-	p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", limits(a+"=128\n"+b+"=268435456\n"))
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, limits(a+"=128\n"+b+"=268435456\n"))...)
 	if p.ready != "ok\n" {
 		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
 	}
@@ -286,7 +315,7 @@ func TestAgentBinaryLimits(t *testing.T) {
 		"no value":        limits(a + "\n"),
 		"no limits file":  "--limits=" + filepath.Join(dir, "missing"),
 	} {
-		p := startAgentBinary(t, testutil.AgentBinary(t), nil, "--listen-fd=4", "--ready-fd=3", arg)
+		p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, arg)...)
 		if !strings.HasPrefix(p.ready, "error: ") {
 			t.Errorf("%s: ready fd said %q, want an error", name, p.ready)
 		}

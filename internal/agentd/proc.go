@@ -201,9 +201,10 @@ func (p *process) info() wire.ProcessInfo {
 // and the newest maxKeptExited exited background ones. It owns every
 // goroutine that serves them and, under Init, the reaper.
 type procTable struct {
-	log    *slog.Logger
-	reaper *reaper // nil: wait for each pid directly
-	bufs   sync.Pool
+	log      *slog.Logger
+	reaper   *reaper // nil: wait for each pid directly
+	forkExec ForkExecFunc
+	bufs     sync.Pool
 
 	mu     sync.Mutex
 	closed bool
@@ -212,8 +213,11 @@ type procTable struct {
 	wg     sync.WaitGroup // one count per started process, until done
 }
 
-func newProcTable(log *slog.Logger, r *reaper) *procTable {
-	t := &procTable{log: log, reaper: r, procs: make(map[int]*process)}
+func newProcTable(log *slog.Logger, r *reaper, forkExec ForkExecFunc) *procTable {
+	if forkExec == nil {
+		forkExec = syscall.ForkExec
+	}
+	t := &procTable{log: log, reaper: r, forkExec: forkExec, procs: make(map[int]*process)}
 	t.bufs.New = func() any { b := make([]byte, readBufSize); return &b }
 	return t
 }
@@ -354,7 +358,7 @@ func (t *procTable) spawn(spec procSpec) (_ *process, err error) {
 
 	attr := &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: files, Sys: sys}
 	p.startedAt = time.Now()
-	pid, err := syscall.ForkExec(spec.path, spec.argv, attr)
+	pid, err := t.forkExec(spec.path, spec.argv, attr)
 	if err != nil {
 		return nil, startError(spec.argv[0], err)
 	}

@@ -228,8 +228,24 @@ func Decode(s string) ([]unix.SockFilter, error) {
 // The process must have no_new_privs set (runc sets it for the sandbox's
 // init) or CAP_SYS_ADMIN.
 func Install(prog []unix.SockFilter) error {
+	return install(prog, unix.SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+// InstallThread installs prog as a seccomp filter on the calling OS thread
+// alone, which the caller must have locked (runtime.LockOSThread), and on
+// every process and thread it creates from then on. The thread must have
+// no_new_privs set (runc and runsc set it for the sandbox's init, whose
+// threads inherit it) or CAP_SYS_ADMIN.
+func InstallThread(prog []unix.SockFilter) error {
+	return install(prog, 0)
+}
+
+func install(prog []unix.SockFilter, flags uintptr) error {
+	if len(prog) == 0 {
+		return errors.New("installing seccomp filter: empty program")
+	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 	if errno != 0 {
 		return fmt.Errorf("installing seccomp filter: %w", errno)
 	}

@@ -73,7 +73,11 @@
 // mapping of templates with shifted owners), applied by gVisor inside its
 // kernel. The seccomp profile is compiled once, as for runc, and the agent
 // installs it inside gVisor, which runs seccomp filters for its processes
-// as Linux does. Where Corral cannot compile it, runsc applies the spec's
+// as Linux does; on the one thread it starts processes from
+// (--spawn-thread), as gVisor's cost of a filter grows with the threads
+// that carry it. A checkpoint records the agent's argv in the image
+// (argsFile), as runsc restores only with the same one. Where Corral
+// cannot compile it, runsc applies the spec's
 // (--oci-seccomp), answering every SCMP_ACT_ERRNO rule with EPERM, so the
 // one rule that asks for another errno (clone3, ENOSYS) is left out there
 // (spec.go). The agent also writes the sandbox's pids and memory limits
@@ -92,7 +96,7 @@
 //
 // Create is one `runsc run --detach` (about 250 ms on the 2-core reference
 // machine, almost all of it gVisor booting) plus the agent's connection
-// (about 5-30 ms) and two small file writes through it; Delete one
+// (about 5-30 ms); Delete one
 // `runsc delete`; Status, Pause, Resume one runsc call each (20-30 ms);
 // Stats reads cgroup files and asks the agent for the task count (half a
 // millisecond). An exec costs about 12-15 ms, nearly all of it gVisor

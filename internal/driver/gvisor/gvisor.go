@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/corralrun/corral/internal/agentconn"
 	"github.com/corralrun/corral/internal/driver"
@@ -381,6 +384,12 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 		}
 	}
 	oci := ociSpec(boxed, host, userns, filepath.Join(d.box(id), runDir))
+	if image != "" {
+		// runsc restores only with the argv the image was taken with.
+		if oci.Process.Args, err = checkpointedArgs(image, oci.Process.Args); err != nil {
+			return err
+		}
+	}
 	config, err := json.MarshalIndent(oci, "", "\t")
 	if err != nil {
 		return err
@@ -709,6 +718,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 	if _, err := d.cli.Run(ctx, nil, append(args, id)...); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, ocirt.Classify(err))
 	}
+	if err := d.recordArgs(id, dir); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+	}
 	if !leaveRunning {
 		return nil
 	}
@@ -724,6 +736,53 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// argsFile, in a checkpoint image, holds the argv (JSON) of the agent the
+// image holds, which restoring it must give runsc again.
+const argsFile = "corral-agent-args.json"
+
+// recordArgs writes the argv of sandbox id's agent, from its bundle, into
+// the checkpoint image in dir.
+func (d *Driver) recordArgs(id, dir string) error {
+	b, err := os.ReadFile(filepath.Join(d.dir(id), configFile))
+	if err != nil {
+		return fmt.Errorf("reading the sandbox's bundle: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil || spec.Process == nil {
+		return fmt.Errorf("reading the sandbox's bundle: %v", err)
+	}
+	args, err := json.Marshal(spec.Process.Args)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, argsFile), args, 0o600)
+}
+
+// checkpointedArgs returns the agent's argv that the checkpoint image in
+// dir was taken with, given args, the argv of a new sandbox. An image
+// records it (argsFile); one from before the record is also from before
+// spawnThreadFlag and has args without that flag. A recorded argv must be
+// one of those two: an image cannot make the sandbox's init anything but
+// an agent this driver starts.
+func checkpointedArgs(dir string, args []string) ([]string, error) {
+	legacy := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == spawnThreadFlag })
+	b, err := os.ReadFile(filepath.Join(dir, argsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return legacy, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the checkpoint's agent command line: %w", err)
+	}
+	var recorded []string
+	if err := json.Unmarshal(b, &recorded); err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image %s: bad agent command line in %s: %v", dir, argsFile, err)
+	}
+	if !slices.Equal(recorded, args) && !slices.Equal(recorded, legacy) {
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image %s: taken with agent command line %q, which this version does not start", dir, recorded)
+	}
+	return recorded, nil
 }
 
 // redial replaces the agent's connection after a checkpoint: gVisor does

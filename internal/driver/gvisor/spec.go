@@ -12,8 +12,12 @@ import (
 )
 
 // agentArgs is the argv of the sandbox's init: the agent, dialing the
-// daemon's socket (see package agentd).
-var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest, socketFile)}
+// daemon's socket (see package agentd), and starting processes from the
+// one thread that carries the seccomp filter (spawnThreadFlag): in gVisor
+// a filter costs per thread that has it.
+var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest, socketFile), spawnThreadFlag}
+
+const spawnThreadFlag = "--spawn-thread"
 
 // ociSpec returns the OCI runtime configuration of sandbox s: the runc
 // driver's (the same capabilities, seccomp profile, rlimits, mounts and

@@ -2,12 +2,16 @@ package gvisor
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
+	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -50,5 +54,39 @@ func TestOCISpecGolden(t *testing.T) {
 			got = append(got, '\n')
 			testutil.CheckGolden(t, filepath.Join("testdata", tt.name+".json"), got, *update)
 		})
+	}
+}
+
+// A restore gives runsc the agent's argv that the image was taken with:
+// the one the checkpoint recorded, which must be one this driver starts,
+// or for an image from before the record the new sandbox's argv without
+// --spawn-thread, which did not exist then.
+func TestCheckpointedArgs(t *testing.T) {
+	args := ociSpec(driver.Spec{ID: "sb-1", RootFS: "/r"}, runc.Host{InitSeccomp: "FILTER"}, runc.UserNS{}, "/run/sb-1").Process.Args
+	if !slices.Contains(args, spawnThreadFlag) {
+		t.Fatalf("new argv %q lacks %s", args, spawnThreadFlag)
+	}
+	legacy := []string{runc.AgentDest, "agent", "--dial=/.corral/run/agent.sock", "--limits=/.corral/run/limits", "--seccomp-file=/.corral/run/seccomp"}
+	dir := t.TempDir()
+	if got, err := checkpointedArgs(dir, args); err != nil || !slices.Equal(got, legacy) {
+		t.Errorf("image without a record: %q, %v; want %q", got, err, legacy)
+	}
+	record := func(b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, argsFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range [][]string{args, legacy} {
+		b, _ := json.Marshal(want)
+		record(b)
+		if got, err := checkpointedArgs(dir, args); err != nil || !slices.Equal(got, want) {
+			t.Errorf("recorded %q: got %q, %v", want, got, err)
+		}
+	}
+	for _, bad := range []string{"", "[]", "{", `"x"`, `["/bin/sh","-c","true"]`, `["/.corral/agent","agent"]`} {
+		record([]byte(bad))
+		if _, err := checkpointedArgs(dir, args); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("record %q: %v, want ErrInvalidArgument", bad, err)
+		}
 	}
 }
