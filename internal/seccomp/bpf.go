@@ -100,10 +100,21 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 	}
 	base := len(prog)
 	prog = append(prog, tree...)
+	// Numbers with the same rules share one block (most are a plain
+	// EPERM): a shorter program is cheaper for gVisor to take, which
+	// optimizes it and runs it once per number on every install.
 	blockAt := map[int]int{}
+	shared := map[string]int{}
 	for _, nr := range nrs {
-		blockAt[nr] = len(prog)
-		prog = append(prog, ruleBlock(rules[nr])...)
+		block := ruleBlock(rules[nr])
+		key := Encode(block)
+		at, ok := shared[key]
+		if !ok {
+			at = len(prog)
+			shared[key] = at
+			prog = append(prog, block...)
+		}
+		blockAt[nr] = at
 	}
 	for _, j := range jumps {
 		at := base + j.at

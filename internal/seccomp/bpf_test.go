@@ -233,6 +233,43 @@ func TestCompileShort(t *testing.T) {
 		}
 	}
 }
+// TestCompileSharesBlocks: calls with the same rules share one rule block,
+// so a second plain EPERM call adds only its compare and jump; both still
+// get their errno, and a call with other rules keeps its own block.
+func TestCompileSharesBlocks(t *testing.T) {
+	eperm, enosys := uint(unix.EPERM), uint(unix.ENOSYS)
+	profile := func(names ...string) *specs.LinuxSeccomp {
+		p := &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: []specs.Arch{specs.ArchX86_64}}
+		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{Names: names, Action: specs.ActErrno, ErrnoRet: &eperm},
+			specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys})
+		return p
+	}
+	one, err := Compile(profile("mount"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := Compile(profile("mount", "umount2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(two) != len(one)+2 {
+		t.Errorf("a second call with the same rule took %d instructions, want 2 (%d -> %d)", len(two)-len(one), len(one), len(two))
+	}
+	for _, tt := range []struct {
+		nr   int32
+		want uint32
+	}{
+		{unix.SYS_MOUNT, unix.SECCOMP_RET_ERRNO | uint32(eperm)},
+		{unix.SYS_UMOUNT2, unix.SECCOMP_RET_ERRNO | uint32(eperm)},
+		{unix.SYS_CLONE3, unix.SECCOMP_RET_ERRNO | uint32(enosys)},
+		{unix.SYS_GETPID, unix.SECCOMP_RET_ALLOW},
+	} {
+		if got := run(t, two, unix.AUDIT_ARCH_X86_64, tt.nr, 0, 0); got != tt.want {
+			t.Errorf("call %d = %#x, want %#x", tt.nr, got, tt.want)
+		}
+	}
+}
+
 func TestEncodeDecode(t *testing.T) {
 	prog, err := Compile(Profile(Options{Arch: "amd64"}))
 	if err != nil {
