@@ -102,6 +102,22 @@ func readLog(f *os.File) string {
 	return string(b)
 }
 
+// failedExit waits for an agent whose start-up failed to exit and returns
+// its exit code; one still running after 10 s is killed and fails the test.
+func (p *agentProcess) failedExit(t *testing.T) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+		t.Errorf("agent still running after its start-up failed; log:\n%s", readLog(p.log))
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // stop sends SIGTERM and returns the exit code.
 func (p *agentProcess) stop(t *testing.T) int {
 	t.Helper()
@@ -181,8 +197,8 @@ func TestAgentBinaryStartupError(t *testing.T) {
 	if !strings.HasPrefix(p.ready, "error: ") || !strings.HasSuffix(p.ready, "\n") || strings.Count(p.ready, "\n") != 1 {
 		t.Fatalf("ready fd said %q, want one error line", p.ready)
 	}
-	if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
-		t.Fatalf("exit: %v", err)
+	if code := p.failedExit(t); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
 	}
 }
 
@@ -215,8 +231,8 @@ func TestAgentBinarySeccomp(t *testing.T) {
 				if !strings.HasPrefix(p.ready, "error: ") {
 					t.Errorf("%.40q: ready fd said %q, want an error", bad, p.ready)
 				}
-				if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
-					t.Errorf("%.40q: exit %v, want 1", bad, err)
+				if code := p.failedExit(t); code != 1 {
+					t.Errorf("%.40q: exit code %d, want 1", bad, code)
 				}
 			}
 			for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
@@ -319,8 +335,8 @@ func testAgentLimits(t *testing.T, args []string) {
 		if !strings.HasPrefix(p.ready, "error: ") {
 			t.Errorf("%s: ready fd said %q, want an error", name, p.ready)
 		}
-		if err := p.cmd.Wait(); p.cmd.ProcessState.ExitCode() != 1 {
-			t.Errorf("%s: exit %v, want 1", name, err)
+		if code := p.failedExit(t); code != 1 {
+			t.Errorf("%s: exit code %d, want 1", name, code)
 		}
 	}
 }

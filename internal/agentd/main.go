@@ -34,7 +34,7 @@ func Main(args []string) int {
 	listenFD := fl.Int("listen-fd", -1, "inherited `fd` of a listening stream socket to serve on")
 	readyFD := fl.Int("ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
 	dial := fl.String("dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
-	filter := fl.String("seccomp", "", "seccomp `program` (base64) to install on the agent and everything it starts, first thing")
+	filter := fl.String("seccomp", "", "seccomp `program` (base64) to install on the agent, or with --spawn-thread on the thread that starts processes, and so on everything it starts, before it serves")
 	filterFile := fl.String("seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
 	oneThread := fl.Bool("spawn-thread", false, "start every process from one thread that alone carries the --seccomp filter, instead of filtering every thread (gVisor, where a filter costs per thread)")
 	limits := fl.String("limits", "", "`file` of FILE=VALUE lines, each a file to write before serving, such as a cgroup limit inside gVisor")

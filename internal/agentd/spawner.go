@@ -3,6 +3,8 @@ package agentd
 import (
 	"runtime"
 	"syscall"
+
+	"github.com/corralrun/corral/internal/errdefs"
 )
 
 // ForkExecFunc starts a process as syscall.ForkExec does.
@@ -51,8 +53,9 @@ func startSpawner(setup func() error) *spawner {
 
 func (s *spawner) run(setup func() error) {
 	// Never unlocked: the thread is the one setup changed, and it must
-	// neither run other goroutines nor outlive a failed setup (a goroutine
-	// that exits locked takes its thread with it).
+	// not run other goroutines. After a failed setup the goroutine exits
+	// locked, which ends its thread (or parks it, if it is the main one);
+	// the agent exits then anyway.
 	runtime.LockOSThread()
 	s.err = setup()
 	close(s.done)
@@ -74,7 +77,9 @@ func (s *spawner) wait() error {
 // forkExec is a ForkExecFunc that forks on the spawner's thread.
 func (s *spawner) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	if err := s.wait(); err != nil {
-		return 0, err
+		// Not the setup's errno, which a caller would take for the
+		// child's.
+		return 0, errorf(errdefs.ErrInternal, "starting processes: the agent's set-up failed: %v", err)
 	}
 	res := make(chan spawnResult, 1)
 	s.reqs <- spawnRequest{path: path, argv: argv, attr: attr, res: res}

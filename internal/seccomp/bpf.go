@@ -244,9 +244,9 @@ func Install(prog []unix.SockFilter) error {
 
 // InstallThread installs prog as a seccomp filter on the calling OS thread
 // alone, which the caller must have locked (runtime.LockOSThread), and on
-// every process and thread it creates from then on. The thread must have
-// no_new_privs set (runc and runsc set it for the sandbox's init, whose
-// threads inherit it) or CAP_SYS_ADMIN.
+// every process and thread it creates from then on. Under Linux the
+// thread must have no_new_privs set (runc sets it for the sandbox's init,
+// whose threads inherit it) or CAP_SYS_ADMIN; gVisor takes it as set.
 func InstallThread(prog []unix.SockFilter) error {
 	return install(prog, 0)
 }

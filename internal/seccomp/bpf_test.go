@@ -233,6 +233,7 @@ func TestCompileShort(t *testing.T) {
 		}
 	}
 }
+
 // TestCompileSharesBlocks: calls with the same rules share one rule block,
 // so a second plain EPERM call adds only its compare and jump; both still
 // get their errno, and a call with other rules keeps its own block.

@@ -75,13 +75,12 @@
 // installs it inside gVisor, which runs seccomp filters for its processes
 // as Linux does; on the one thread it starts processes from
 // (--spawn-thread), as gVisor's cost of a filter grows with the threads
-// that carry it. A checkpoint records the agent's argv in the image
-// (argsFile), as runsc restores only with the same one. Where Corral
-// cannot compile it, runsc applies the spec's
-// (--oci-seccomp), answering every SCMP_ACT_ERRNO rule with EPERM, so the
-// one rule that asks for another errno (clone3, ENOSYS) is left out there
-// (spec.go). The agent also writes the sandbox's pids and memory limits
-// inside gVisor before it serves (limits.go).
+// that carry it. A checkpoint records the agent's argv in the image (argsFile), as
+// runsc restores only with the same one. Where Corral cannot compile it,
+// runsc applies the spec's (--oci-seccomp), answering every SCMP_ACT_ERRNO
+// rule with EPERM, so the one rule that asks for another errno (clone3,
+// ENOSYS) is left out there (spec.go). The agent also writes the sandbox's
+// pids and memory limits inside gVisor before it serves (limits.go).
 //
 // # Processes
 //

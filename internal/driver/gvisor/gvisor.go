@@ -711,15 +711,17 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 	if !filepath.IsAbs(dir) {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpointing sandbox %s: image directory %q is not an absolute path", id, dir)
 	}
+	// The record first: once runsc has saved the sandbox, nothing may
+	// fail before the agent is reconnected below.
+	if err := d.recordArgs(id, dir); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+	}
 	args := []string{"checkpoint", "--image-path", dir}
 	if leaveRunning {
 		args = append(args, "--leave-running")
 	}
 	if _, err := d.cli.Run(ctx, nil, append(args, id)...); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, ocirt.Classify(err))
-	}
-	if err := d.recordArgs(id, dir); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
 	if !leaveRunning {
 		return nil
@@ -743,15 +745,21 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 const argsFile = "corral-agent-args.json"
 
 // recordArgs writes the argv of sandbox id's agent, from its bundle, into
-// the checkpoint image in dir.
+// the checkpoint image directory dir, which must exist.
 func (d *Driver) recordArgs(id, dir string) error {
 	b, err := os.ReadFile(filepath.Join(d.dir(id), configFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return errdefs.Errorf(errdefs.ErrNotFound, "no sandbox %s", id)
+	}
 	if err != nil {
 		return fmt.Errorf("reading the sandbox's bundle: %w", err)
 	}
 	var spec specs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil || spec.Process == nil {
-		return fmt.Errorf("reading the sandbox's bundle: %v", err)
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fmt.Errorf("reading the sandbox's bundle: %w", err)
+	}
+	if spec.Process == nil {
+		return errors.New("reading the sandbox's bundle: it has no process")
 	}
 	args, err := json.Marshal(spec.Process.Args)
 	if err != nil {
