@@ -339,6 +339,15 @@ func TestCheckpointPaused(t *testing.T) {
 	if out, err := execOnce(ctx, d, "copy", "cat /root/f"); err != nil || out != "before\n" {
 		t.Fatalf("exec in the copy: %q, %v", out, err)
 	}
+	// The image names the agent's argv, and the restored agent's spawner
+	// thread still carries the filter that its processes inherit.
+	if b, err := os.ReadFile(filepath.Join(image, argsFile)); err != nil || !strings.Contains(string(b), spawnThreadFlag) {
+		t.Errorf("%s in the image: %q, %v", argsFile, b, err)
+	}
+	if out, err := execOnce(ctx, d, "copy", "grep '^Seccomp:' /proc/self/status; unshare -U true && echo unshared"); err != nil ||
+		!strings.HasPrefix(out, "Seccomp:\t2\n") || strings.Contains(out, "unshared") {
+		t.Errorf("process in the copy: %q, %v", out, err)
+	}
 	for _, id := range []string{"orig", "copy"} {
 		if err := d.Delete(ctx, id); err != nil {
 			t.Fatal(err)
