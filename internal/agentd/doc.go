@@ -21,7 +21,8 @@
 // Before it reports ready the agent installs the seccomp program of
 // --seccomp or --seccomp-file, on all its threads, and writes the limits
 // of --limits. With --spawn-thread (gVisor) one locked thread takes the
-// filter and the limits instead and starts every process (spawner).
+// filter and writes the limits instead, and starts every process, with
+// more such threads when starts come at once (spawner).
 //
 // As PID 1 the agent brings up the loopback interface and reaps every
 // orphaned process in the sandbox.

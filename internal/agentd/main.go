@@ -67,7 +67,7 @@ func Main(args []string) int {
 		report("error: " + err.Error() + "\n")
 		return 1
 	}
-	spawn, err := confine(*filter, *filterFile, *limits, *oneThread)
+	spawn, err := confine(*filter, *filterFile, *limits, *oneThread, log)
 	if err != nil {
 		return failed(err)
 	}
@@ -241,12 +241,12 @@ func version() string {
 //
 // By default the filter goes on every thread of the agent (TSYNC) before
 // confine returns. With oneThread (--spawn-thread) confine starts a
-// spawner instead, whose thread installs the filter on itself alone,
-// writes the limits, and then starts every process; confine returns at
-// once, and the caller waits for the spawner's setup before it reports
-// ready. gVisor sandboxes use it (see spawner for why); under runc it
+// spawner instead, whose first thread installs the filter on itself alone,
+// writes the limits, and then starts processes (with threads it adds as
+// needed, each filtered first); confine returns at once, and the caller
+// waits for the spawner's setup before it reports ready. gVisor sandboxes use it (see spawner for why); under runc it
 // would only add a thread switch to every exec (about 0.1 ms).
-func confine(filter, filterFile, limits string, oneThread bool) (*spawner, error) {
+func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger) (*spawner, error) {
 	// Not dumpable: the sandbox's processes, which run as the agent's user
 	// (or, without user namespaces, as a root that may override file
 	// modes), cannot open the agent's descriptors through /proc/1/fd, such
@@ -256,6 +256,7 @@ func confine(filter, filterFile, limits string, oneThread bool) (*spawner, error
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("making the agent not dumpable: %w", err)
 	}
+	var prog []unix.SockFilter
 	setup := func(install func([]unix.SockFilter) error) error {
 		if filterFile != "" {
 			b, err := os.ReadFile(filterFile)
@@ -265,8 +266,8 @@ func confine(filter, filterFile, limits string, oneThread bool) (*spawner, error
 			filter = string(b)
 		}
 		if filter != "" {
-			prog, err := seccomp.Decode(filter)
-			if err != nil {
+			var err error
+			if prog, err = seccomp.Decode(filter); err != nil {
 				return err
 			}
 			if err := install(prog); err != nil {
@@ -279,7 +280,16 @@ func confine(filter, filterFile, limits string, oneThread bool) (*spawner, error
 		return nil
 	}
 	if oneThread {
-		return startSpawner(func() error { return setup(seccomp.InstallThread) }), nil
+		// Threads added later install the program the first decoded,
+		// which setup has done before any start can add one.
+		more := func() error {
+			if prog == nil {
+				return nil
+			}
+			return seccomp.InstallThread(prog)
+		}
+		failed := func(err error) { log.Warn("adding a thread to start processes", "error", err) }
+		return startSpawner(func() error { return setup(seccomp.InstallThread) }, more, failed), nil
 	}
 	return nil, setup(seccomp.Install)
 }

@@ -1,0 +1,4 @@
+package agentd
+
+// MaxSpawnThreads is maxSpawnThreads, for the binary's tests.
+const MaxSpawnThreads = maxSpawnThreads
