@@ -20,12 +20,13 @@ type ForkExecFunc func(path string, argv []string, attr *syscall.ProcAttr) (pid 
 // thread that forked it, and the agent's other threads, which start
 // nothing, carry none.
 //
-// Threads rather than all of them (SECCOMP_FILTER_FLAG_TSYNC) because of
-// gVisor: it keeps, per task with a filter, a cache of the filter's
-// answer for every system call number, built anew on the install for each
-// thread and on every clone. With TSYNC the install took 10.6 ms of each
-// gVisor create (the agent has five threads by then) against 4.5 ms on one
-// thread, and each thread the agent made afterwards paid another build.
+// Its own threads rather than all the agent's (SECCOMP_FILTER_FLAG_TSYNC)
+// because of gVisor: it keeps, per task with a filter, a cache of the
+// filter's answer for every system call number, built anew on the install
+// for each thread and on every clone. With TSYNC the install took 10.6 ms
+// of each gVisor create (the agent has five threads by then) against 4.5 ms
+// on one thread, and each thread the agent made afterwards paid another
+// build.
 //
 // A start that finds every thread busy (a fork holds its thread until the
 // child has exec'd) adds one, up to maxSpawnThreads: with one thread, four
