@@ -69,7 +69,8 @@ func TestProcessesStartOnlyThroughForkExec(t *testing.T) {
 // every thread busy adds one that runs install first, up to
 // maxSpawnThreads; every fork runs on a thread whose setup or install ran
 // there. An added thread whose install fails serves nothing, stops the
-// growth, and is reported; starts still go through the others.
+// growth once it has failed, and is reported; starts still go through the
+// others.
 func TestSpawnerThreads(t *testing.T) {
 	var mu sync.Mutex
 	prepared := map[int]bool{} // thread IDs where setup or install ran
@@ -148,8 +149,9 @@ func TestSpawnerThreads(t *testing.T) {
 	n := s2.threads
 	s2.mu.Unlock()
 	mu.Lock()
-	if len(reported) != 1 || n != maxSpawnThreads {
-		t.Errorf("after a failed install: %d reports %v, threads %d (want 1 report, growth stopped)", len(reported), reported, n)
+	// Two starts may each add a thread before the first install fails.
+	if len(reported) < 1 || len(reported) > 2 || n != maxSpawnThreads {
+		t.Errorf("after a failed install: %d reports %v, threads %d (want 1 or 2 reports, growth stopped)", len(reported), reported, n)
 	}
 	mu.Unlock()
 

@@ -63,7 +63,8 @@ type spawnResult struct {
 
 // startSpawner starts the spawner's first thread and runs setup on it;
 // threads added later run install. failed (may be nil) hears of an added
-// thread whose install failed; it serves nothing, and no more are added.
+// thread whose install failed; it serves nothing, and once it has failed
+// no more are added.
 func startSpawner(setup, install func() error, failed func(error)) *spawner {
 	return startSpawnerWith(setup, install, failed, syscall.ForkExec)
 }
