@@ -143,7 +143,11 @@ func serveDialMode(path string, srv *Server, log *slog.Logger, report func(strin
 	err := ServeDialing(ctx, path, srv.Handler(), log, func() {
 		once.Do(func() {
 			report("ok\n")
-			log.Info("agent ready", "pid", os.Getpid(), "init", asInit, "dial", path)
+			// Beside the serving, not before it: in gVisor the agent's
+			// first log line (its first time formatting, which loads
+			// the time zone) held up serving for 0.7-1.4 ms in a
+			// timeline of creates.
+			go log.Info("agent ready", "pid", os.Getpid(), "init", asInit, "dial", path)
 		})
 	}, redial)
 	srv.Close()
