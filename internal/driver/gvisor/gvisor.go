@@ -724,6 +724,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, ocirt.Classify(err))
 	}
 	if !leaveRunning {
+		if err := d.waitStopped(ctx, id); err != nil {
+			return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+		}
 		return nil
 	}
 	err := d.redial(ctx, id)
@@ -738,6 +741,28 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// waitStopped waits until sandbox id's process has exited: runsc
+// checkpoint returns once the image is saved, and the sandbox exits just
+// after, which a Status call in between did not see (CI found it).
+func (d *Driver) waitStopped(ctx context.Context, id string) error {
+	pid, err := ocirt.ReadPid(filepath.Join(d.dir(id), pidFile))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
+	defer cancel()
+	for {
+		if ps := ocirt.ProcState(pid); ps == 0 || ps == 'Z' || ps == 'X' {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the sandbox to stop after its checkpoint: %w", errors.Join(errdefs.ErrUnavailable, ctx.Err()))
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // argsFile, in a checkpoint image, holds the argv (JSON) of the agent the
