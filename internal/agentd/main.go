@@ -248,8 +248,9 @@ func version() string {
 // spawner instead, whose first thread installs the filter on itself alone,
 // writes the limits, and then starts processes (with threads it adds as
 // needed, each filtered first); confine returns at once, and the caller
-// waits for the spawner's setup before it reports ready. gVisor sandboxes use it (see spawner for why); under runc it
-// would only add a thread switch to every exec (about 0.1 ms).
+// waits for the spawner's setup before it reports ready. gVisor sandboxes
+// use it (see spawner for why); under runc it would only add a thread
+// switch to every exec (about 0.1 ms).
 func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger) (*spawner, error) {
 	// Not dumpable: the sandbox's processes, which run as the agent's user
 	// (or, without user namespaces, as a root that may override file

@@ -514,7 +514,7 @@ func waitAgent(ctx context.Context, l *agentconn.Listener, pid int) error {
 			case <-stop:
 				return
 			case <-t.C:
-				if st := ocirt.ProcState(pid); st == 0 || st == 'Z' || st == 'X' {
+				if ocirt.Exited(pid) {
 					cancel(errSandboxExited)
 					return
 				}
@@ -592,7 +592,7 @@ func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
 	}
 	if st == driver.StatusRunning || st == driver.StatusPaused {
 		if pid, err := ocirt.ReadPid(filepath.Join(d.dir(id), pidFile)); err == nil {
-			if ps := ocirt.ProcState(pid); ps == 0 || ps == 'Z' || ps == 'X' {
+			if ocirt.Exited(pid) {
 				return driver.StatusStopped, nil
 			}
 		}
@@ -751,17 +751,14 @@ func (d *Driver) waitStopped(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
-	defer cancel()
-	for {
-		if ps := ocirt.ProcState(pid); ps == 0 || ps == 'Z' || ps == 'X' {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the sandbox to stop after its checkpoint: %w", errors.Join(errdefs.ErrUnavailable, ctx.Err()))
-		case <-time.After(2 * time.Millisecond):
-		}
+	ocirt.WaitExited(ctx, pid, d.cfg.StartTimeout)
+	switch {
+	case ocirt.Exited(pid):
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		return errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox still runs %v after its checkpoint", d.cfg.StartTimeout)
 	}
 }
 

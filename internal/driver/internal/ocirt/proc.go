@@ -49,12 +49,19 @@ func waitProc(ctx context.Context, pid int, limit time.Duration, zombieIsGone bo
 	deadline := time.Now().Add(limit)
 	delay := 500 * time.Microsecond
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if st := ProcState(pid); st == 0 || zombieIsGone && (st == 'Z' || st == 'X') {
+		if zombieIsGone && Exited(pid) || !zombieIsGone && ProcState(pid) == 0 {
 			return
 		}
 		time.Sleep(delay)
 		delay = min(2*delay, 20*time.Millisecond)
 	}
+}
+
+// Exited reports whether process pid is gone or a zombie: it runs no
+// more, whether or not it has been reaped.
+func Exited(pid int) bool {
+	st := ProcState(pid)
+	return st == 0 || st == 'Z' || st == 'X'
 }
 
 // ProcState returns the state letter of process pid from /proc ('R', 'S',
