@@ -215,6 +215,12 @@ func New(cfg Config) (*Driver, error) {
 				"this executable must be executable by other users (mode o+x): it runs unprivileged to make user namespaces")
 		}
 	}
+	// Last, as nothing after it fails: New does not close it.
+	if sealed, err := ocirt.NewSealed(runcPath); err == nil {
+		d.cli.Sealed = sealed
+	} else {
+		d.log.Info("runc runs from its file, copying itself at every start", "reason", err)
+	}
 	return d, nil
 }
 
@@ -231,6 +237,9 @@ func (d *Driver) Capabilities() driver.Capabilities {
 // afterwards.
 func (d *Driver) Close() error {
 	d.closeNSSpares()
+	if d.cli.Sealed != nil {
+		d.cli.Sealed.Close()
+	}
 	if d.holder != nil {
 		return d.holder.Close()
 	}

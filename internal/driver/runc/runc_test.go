@@ -50,6 +50,11 @@ func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	// Every runc test runs runc as the daemon does: from a sealed copy,
+	// which runc takes for its own safe copy (ocirt.Sealed).
+	if d.cli.Sealed == nil {
+		t.Fatal("runc does not run from a sealed copy")
+	}
 	return d
 }
 

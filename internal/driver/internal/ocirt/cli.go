@@ -25,6 +25,9 @@ type CLI struct {
 	Root string
 	// Flags are global flags put before every subcommand, after --root.
 	Flags []string
+	// Sealed, when set, is a sealed copy of Path that commands run
+	// instead. They run Path itself when the copy cannot be renewed.
+	Sealed *Sealed
 }
 
 // Command returns the command for one runtime invocation with the
@@ -32,7 +35,14 @@ type CLI struct {
 // its standard I/O and runs it.
 func (c CLI) Command(ctx context.Context, args ...string) *exec.Cmd {
 	argv := append([]string{"--root", c.Root}, c.Flags...)
-	cmd := exec.CommandContext(ctx, c.Path, append(argv, args...)...)
+	path := c.Path
+	if c.Sealed != nil {
+		if p, err := c.Sealed.Path(); err == nil {
+			path = p
+		}
+	}
+	cmd := exec.CommandContext(ctx, path, append(argv, args...)...)
+	cmd.Args[0] = c.Path
 	cmd.Env = Env()
 	cmd.WaitDelay = time.Second
 	return cmd
