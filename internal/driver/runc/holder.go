@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,7 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 
-	"golang.org/x/sys/unix"
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 )
 
 // The user namespace holder (userNS) is a child process that only has to
@@ -42,32 +43,13 @@ func openHolder() (*os.File, error) {
 	if prog == nil {
 		return nil, errors.New("no holder program for this architecture")
 	}
-	// MFD_EXEC: executable whatever vm.memfd_noexec says (Linux 6.3;
-	// earlier kernels refuse the flag and allow execution anyway).
-	fd, err := unix.MemfdCreate("corral-userns-holder", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
-	if errors.Is(err, unix.EINVAL) {
-		fd, err = unix.MemfdCreate("corral-userns-holder", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	}
+	f, err := ocirt.SealedMemfd("corral-userns-holder", bytes.NewReader(prog))
 	if err != nil {
-		return nil, fmt.Errorf("creating the holder's memfd: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "corral-userns-holder")
-	_, err = f.Write(prog)
-	if err == nil {
-		err = f.Chmod(0o555)
-	}
-	if err == nil {
-		_, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
-	}
-	if err == nil {
-		cmd := holderCommand(f)
-		if out, rerr := cmd.CombinedOutput(); rerr != nil {
-			err = fmt.Errorf("running it: %w %s", rerr, out)
-		}
-	}
-	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("preparing the user namespace holder: %w", err)
+	}
+	if out, err := holderCommand(f).CombinedOutput(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("preparing the user namespace holder: running it: %w %s", err, out)
 	}
 	return f, nil
 }
