@@ -300,6 +300,8 @@ func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger
 		spawn = startSpawner(func() error { return setup(seccomp.InstallThread) }, more, failed)
 		return spawn, spawn.wait, nil
 	}
+	// Unwaited only when start-up fails before confined: the agent
+	// exits then, and the goroutine with it.
 	done := make(chan error, 1)
 	go func() { done <- setup(seccomp.Install) }()
 	return nil, func() error { return <-done }, nil

@@ -355,8 +355,8 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	}
 	defer ready.Close()
 	if ns != nil {
-		// Done with: reaping the holder (0.2-0.4 ms) now overlaps the
-		// agent's start instead of following it.
+		// runc has joined the namespace: reaping the holder now (0.2-0.4
+		// ms) overlaps the agent's start instead of following it.
 		ns.Close()
 	}
 	if d.cfg.Reaper != nil {

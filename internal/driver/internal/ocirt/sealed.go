@@ -1,6 +1,7 @@
 package ocirt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,41 +12,47 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RuncSeals are the seals that make runc take a memfd for a safe copy of
+// runcSeals are the seals that make runc take a memfd for a safe copy of
 // itself: it cannot be written, grown, shrunk or unsealed.
-const RuncSeals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+const runcSeals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 
 // A Sealed is an executable kept as a sealed in-memory copy, which
 // commands run instead of the file.
 //
 // For runc this saves work in every container start. Against
 // CVE-2019-5736 (a container overwriting the host's runc through
-// /proc/self/exe), each `runc init` first makes sure it is not running
-// the file itself: Debian 12's runc 1.1.5 bind-mounts itself read-only and
-// executes itself a second time (seen with strace), other builds copy
-// themselves into memory. The step is skipped when runc already runs from
-// a memfd sealed with RuncSeals, which nothing can change; runc's
-// memfd-bind tool makes the same copy for this purpose. Measured here:
-// 0.45-0.75 ms of a 38 ms `runc run` in three of four interleaved runs.
+// /proc/self/exe), runc makes sure that a container's init does not run
+// the file itself: Debian 12's runc 1.1.5 bind-mounts itself read-only in
+// every `runc init` and executes itself a second time (seen with strace);
+// other builds copy themselves into memory, and runc 1.2 and later mount a
+// private overlay over the binary in `runc run` and `runc create`. Each
+// skips its step when runc already runs from a memfd sealed with
+// runcSeals, which nothing can change; runc's memfd-bind tool makes the
+// same copy for this purpose. Measured here: 0.45-0.75 ms of a 38 ms
+// `runc run` in three of four interleaved runs.
 //
 // When the file changes (an upgrade), the next Path makes a new copy.
-// Old copies stay open until Close: a command may still be starting from
-// one, and a closed descriptor's number can be reused by another file.
+// Earlier copies stay open until Close: a command may still be starting
+// from one, and a closed descriptor's number can be reused by another
+// file. A file that cannot be copied (or is no longer an ELF binary) is
+// run itself until it changes again.
 type Sealed struct {
 	path string
 
-	mu    sync.Mutex
-	cur   *os.File
-	id    fileID
-	older []*os.File
+	mu     sync.Mutex
+	cur    *os.File
+	id     fileID // of the file cur copies
+	failed fileID // of a version that could not be copied
+	older  []*os.File
+	closed bool
 }
 
-// fileID tells whether a file changed since it was copied.
+// fileID tells whether a file changed since it was copied. A change of
+// owner or mode alone (ctime) is not a new binary.
 type fileID struct {
 	dev, ino uint64
 	size     int64
 	mtime    unix.Timespec
-	ctime    unix.Timespec
 }
 
 func statID(path string) (fileID, error) {
@@ -53,23 +60,12 @@ func statID(path string) (fileID, error) {
 	if err := unix.Stat(path, &st); err != nil {
 		return fileID{}, err
 	}
-	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim}, nil
 }
 
-// NewSealed copies the executable at path into a sealed memfd. It must be
-// an ELF binary: a script run through /proc/self/fd/N would find that
-// descriptor closed by the time its interpreter opens it.
+// NewSealed copies the executable at path, which must be an ELF binary,
+// into a sealed memfd.
 func NewSealed(path string) (*Sealed, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	magic := make([]byte, 4)
-	_, err = io.ReadFull(f, magic)
-	f.Close()
-	if err != nil || string(magic) != "\x7fELF" {
-		return nil, fmt.Errorf("%s is not an ELF executable", path)
-	}
 	s := &Sealed{path: path}
 	if _, err := s.Path(); err != nil {
 		return nil, err
@@ -78,19 +74,27 @@ func NewSealed(path string) (*Sealed, error) {
 }
 
 // Path returns a path that executes the current copy, made anew when the
-// file changed: /proc/self/fd/N, which a child of this process resolves
-// to the same memfd while it execs. The file's own path is returned only
-// with an error, when it changed and could not be copied again.
+// file changed: /proc/<pid>/fd/N of this process. (Not /proc/self: a
+// child about to exec may already have moved another descriptor onto N,
+// as Go's fork does with the ones it passes.) With an error it returns
+// the file's own path: when the file cannot be copied, or after Close.
 func (s *Sealed) Path() (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return s.path, fmt.Errorf("copy of %s: closed", s.path)
+	}
 	id, err := statID(s.path)
 	if err != nil {
 		return s.path, fmt.Errorf("checking %s: %w", s.path, err)
 	}
 	if s.cur == nil || id != s.id {
-		f, err := sealedCopy(s.path)
+		if id == s.failed {
+			return s.path, fmt.Errorf("copying %s failed before", s.path)
+		}
+		f, err := sealedCopy(s.path, id)
 		if err != nil {
+			s.failed = id
 			return s.path, err
 		}
 		if s.cur != nil {
@@ -98,10 +102,10 @@ func (s *Sealed) Path() (string, error) {
 		}
 		s.cur, s.id = f, id
 	}
-	return fmt.Sprintf("/proc/self/fd/%d", s.cur.Fd()), nil
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.cur.Fd()), nil
 }
 
-// Close closes every copy. Commands must not be started from it after.
+// Close closes every copy; Path then returns the file's own path.
 func (s *Sealed) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,45 +114,39 @@ func (s *Sealed) Close() error {
 			f.Close()
 		}
 	}
-	s.cur, s.older = nil, nil
+	s.cur, s.older, s.closed = nil, nil, true
 	return nil
 }
 
-// sealedCopy copies the file at path into a close-on-exec memfd sealed
-// with RuncSeals. A file that changes during the copy is copied again.
-func sealedCopy(path string) (*os.File, error) {
-	for range 3 {
-		before, err := statID(path)
-		if err != nil {
-			return nil, err
-		}
-		f, err := copyToMemfd(path)
-		if err != nil {
-			return nil, err
-		}
-		if after, err := statID(path); err == nil && after == before {
-			return f, nil
-		}
-		f.Close()
-	}
-	return nil, fmt.Errorf("copying %s: it kept changing", path)
-}
-
-func copyToMemfd(path string) (*os.File, error) {
+// sealedCopy copies the ELF binary at path, whose fileID was id, into a
+// sealed memfd. A file that changed meanwhile is an error.
+func sealedCopy(path string, id fileID) (*os.File, error) {
 	src, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
-	f, err := SealedMemfd(filepath.Base(path), src)
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(src, magic); err != nil || string(magic) != "\x7fELF" {
+		// A script run through /proc/<pid>/fd/N would find that
+		// descriptor closed (close-on-exec) by the time its
+		// interpreter opens it.
+		return nil, fmt.Errorf("%s is not an ELF executable", path)
+	}
+	f, err := SealedMemfd(filepath.Base(path), io.MultiReader(bytes.NewReader(magic), src))
 	if err != nil {
 		return nil, fmt.Errorf("copying %s into memory: %w", path, err)
+	}
+	if after, err := statID(path); err != nil || after != id {
+		f.Close()
+		return nil, fmt.Errorf("copying %s into memory: it changed during the copy", path)
 	}
 	return f, nil
 }
 
 // SealedMemfd returns a close-on-exec memfd named name holding what src
-// reads, executable (mode 0555) and sealed with RuncSeals.
+// reads, executable (mode 0555) and sealed against writing, growing,
+// shrinking and further sealing.
 func SealedMemfd(name string, src io.Reader) (*os.File, error) {
 	// MFD_EXEC: executable whatever vm.memfd_noexec says (Linux 6.3;
 	// earlier kernels refuse the flag and allow execution anyway).
@@ -157,19 +155,20 @@ func SealedMemfd(name string, src io.Reader) (*os.File, error) {
 		fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating a memfd: %w", err)
+		return nil, fmt.Errorf("creating memfd %s: %w", name, err)
 	}
 	f := os.NewFile(uintptr(fd), "memfd:"+name)
-	_, err = io.Copy(f, src)
-	if err == nil {
-		err = f.Chmod(0o555)
-	}
-	if err == nil {
-		_, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, RuncSeals)
-	}
-	if err != nil {
+	if _, err := io.Copy(f, src); err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("filling memfd %s: %w", name, err)
+	}
+	if err := f.Chmod(0o555); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("making memfd %s executable: %w", name, err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, runcSeals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sealing memfd %s: %w", name, err)
 	}
 	return f, nil
 }

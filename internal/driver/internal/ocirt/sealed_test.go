@@ -30,9 +30,12 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 }
 
-func exitCode(t *testing.T, path string) int {
+// exitCode runs path as name (multi-call binaries look at argv[0]).
+func exitCode(t *testing.T, path, name string) int {
 	t.Helper()
-	err := exec.Command(path).Run()
+	cmd := exec.Command(path)
+	cmd.Args[0] = name
+	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -46,9 +49,9 @@ func exitCode(t *testing.T, path string) int {
 
 func fdOf(t *testing.T, path string) int {
 	t.Helper()
-	var fd int
-	if _, err := fmt.Sscanf(path, "/proc/self/fd/%d", &fd); err != nil {
-		t.Fatalf("path %q is not /proc/self/fd/N", path)
+	var pid, fd int
+	if _, err := fmt.Sscanf(path, "/proc/%d/fd/%d", &pid, &fd); err != nil || pid != os.Getpid() {
+		t.Fatalf("path %q is not /proc/%d/fd/N", path, os.Getpid())
 	}
 	return fd
 }
@@ -66,8 +69,8 @@ func TestSealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	fd := fdOf(t, first)
-	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals != RuncSeals {
-		t.Errorf("seals = %#x, %v; want %#x, which runc takes for its own safe copy", seals, err, RuncSeals)
+	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals != runcSeals {
+		t.Errorf("seals = %#x, %v; want %#x, which runc takes for its own safe copy", seals, err, runcSeals)
 	}
 	want, _ := os.ReadFile(bin)
 	if got, err := os.ReadFile(first); err != nil || !bytes.Equal(got, want) {
@@ -76,7 +79,7 @@ func TestSealed(t *testing.T) {
 	if _, err := unix.Pwrite(fd, []byte("x"), 0); err == nil {
 		t.Error("the copy can be written")
 	}
-	if code := exitCode(t, first); code != 0 {
+	if code := exitCode(t, first, "true"); code != 0 {
 		t.Errorf("the copy of true exited %d", code)
 	}
 	if again, _ := s.Path(); again != first {
@@ -93,11 +96,19 @@ func TestSealed(t *testing.T) {
 	if second == first {
 		t.Fatal("Path() did not make a new copy of the changed file")
 	}
-	if code := exitCode(t, second); code != 1 {
+	if code := exitCode(t, second, "false"); code != 1 {
 		t.Errorf("the copy of the new file (false) exited %d", code)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil {
 		t.Errorf("the old copy was closed: %v", err)
+	}
+
+	// A change of mode alone is not a new binary.
+	if err := os.Chmod(bin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.Path(); again != second {
+		t.Errorf("Path() = %s after a chmod, want the copy %s", again, second)
 	}
 
 	s.Close()
@@ -105,6 +116,43 @@ func TestSealed(t *testing.T) {
 		if _, err := unix.FcntlInt(uintptr(fdOf(t, p)), unix.F_GET_SEALS, 0); err == nil {
 			t.Errorf("%s is still a sealed memfd after Close", p)
 		}
+	}
+	if p, err := s.Path(); err == nil || p != bin {
+		t.Errorf("Path() after Close = %s, %v; want the file and an error", p, err)
+	}
+}
+
+// TestSealedScriptUpgrade: a binary replaced by a script runs from its
+// file, whose interpreter can open it, until it is a binary again.
+func TestSealedScriptUpgrade(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tool")
+	copyFile(t, "/bin/true", bin)
+	s, err := NewSealed(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.WriteFile(bin+".new", []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(bin+".new", bin); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second time from the remembered failure
+		if p, err := s.Path(); err == nil || p != bin {
+			t.Fatalf("Path() = %s, %v for a script; want the file and an error", p, err)
+		}
+	}
+	if code := exitCode(t, bin, bin); code != 3 {
+		t.Errorf("the script exited %d", code)
+	}
+	copyFile(t, "/bin/false", bin)
+	p, err := s.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, p, "false"); code != 1 {
+		t.Errorf("the copy of the binary that replaced the script exited %d", code)
 	}
 }
 
@@ -130,7 +178,7 @@ func TestCommandRunsSealedCopy(t *testing.T) {
 	defer s.Close()
 	c := CLI{Name: "true", Path: "/bin/true", Root: t.TempDir(), Sealed: s}
 	cmd := c.Command(t.Context(), "state", "x")
-	if !strings.HasPrefix(cmd.Path, "/proc/self/fd/") || cmd.Args[0] != "/bin/true" {
+	if !strings.HasPrefix(cmd.Path, "/proc/") || cmd.Args[0] != "/bin/true" {
 		t.Errorf("command runs %s as %q; want the sealed copy, named by the file", cmd.Path, cmd.Args[0])
 	}
 	if err := cmd.Run(); err != nil {
