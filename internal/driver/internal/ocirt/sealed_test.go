@@ -56,14 +56,22 @@ func fdOf(t *testing.T, path string) int {
 	return fd
 }
 
-func TestSealed(t *testing.T) {
+// sealedTrue returns a copy of /bin/true in a temporary directory and its
+// Sealed, closed at the test's end.
+func sealedTrue(t *testing.T) (string, *Sealed) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "tool")
 	copyFile(t, "/bin/true", bin)
 	s, err := NewSealed(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return bin, s
+}
+
+func TestSealed(t *testing.T) {
+	bin, s := sealedTrue(t)
 	first, err := s.Path()
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +133,7 @@ func TestSealed(t *testing.T) {
 // TestSealedScriptUpgrade: a binary replaced by a script runs from its
 // file, whose interpreter can open it, until it is a binary again.
 func TestSealedScriptUpgrade(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tool")
-	copyFile(t, "/bin/true", bin)
-	s, err := NewSealed(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	bin, s := sealedTrue(t)
 	if err := os.WriteFile(bin+".new", []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
