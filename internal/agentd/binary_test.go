@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,29 +218,36 @@ func TestAgentBinarySeccomp(t *testing.T) {
 	if err := os.WriteFile(file, []byte(seccomp.Encode(prog)), 0o444); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{"every-thread", "spawn-thread"} {
-		t.Run(mode, func(t *testing.T) {
-			args := []string{"--listen-fd=4", "--ready-fd=3"}
-			oneThread := mode == "spawn-thread"
-			if oneThread {
-				args = append(args, "--spawn-thread")
+	inBothModes(t, func(t *testing.T, oneThread bool, args []string) {
+		for _, bad := range []string{
+			"--seccomp=not base64!", "--seccomp=" + seccomp.Encode(prog[:3]),
+			"--seccomp-file=" + file + ".missing", "--seccomp-file=" + filepath.Dir(file),
+		} {
+			p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, bad)...)
+			if !strings.HasPrefix(p.ready, "error: ") {
+				t.Errorf("%.40q: ready fd said %q, want an error", bad, p.ready)
 			}
-			for _, bad := range []string{
-				"--seccomp=not base64!", "--seccomp=" + seccomp.Encode(prog[:3]),
-				"--seccomp-file=" + file + ".missing", "--seccomp-file=" + filepath.Dir(file),
-			} {
-				p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, bad)...)
-				if !strings.HasPrefix(p.ready, "error: ") {
-					t.Errorf("%.40q: ready fd said %q, want an error", bad, p.ready)
-				}
-				if code := p.failedExit(t); code != 1 {
-					t.Errorf("%.40q: exit code %d, want 1", bad, code)
-				}
+			if code := p.failedExit(t); code != 1 {
+				t.Errorf("%.40q: exit code %d, want 1", bad, code)
 			}
-			for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
-				t.Run(strings.SplitN(arg, "=", 2)[0], func(t *testing.T) { testAgentSeccomp(t, oneThread, append(args, arg)...) })
-			}
-		})
+		}
+		for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
+			t.Run(strings.SplitN(arg, "=", 2)[0], func(t *testing.T) { testAgentSeccomp(t, oneThread, append(args, arg)...) })
+		}
+	})
+}
+
+// inBothModes runs f in a subtest per way the agent can carry its filter:
+// on every thread, and with --spawn-thread (oneThread) on the threads
+// that start processes. args are the agent's flags for the mode, after
+// the listening and ready fds; appending to them copies.
+func inBothModes(t *testing.T, f func(t *testing.T, oneThread bool, args []string)) {
+	for _, oneThread := range []bool{false, true} {
+		name, args := "every-thread", []string{"--listen-fd=4", "--ready-fd=3"}
+		if oneThread {
+			name, args = "spawn-thread", append(args, "--spawn-thread")
+		}
+		t.Run(name, func(t *testing.T) { f(t, oneThread, slices.Clip(args)) })
 	}
 }
 
@@ -288,15 +296,7 @@ func testAgentSeccomp(t *testing.T, oneThread bool, args ...string) {
 // it reports ready; a file it cannot read or write, or a malformed line,
 // stops the start-up. With --spawn-thread the spawner's thread writes them.
 func TestAgentBinaryLimits(t *testing.T) {
-	for _, mode := range []string{"every-thread", "spawn-thread"} {
-		t.Run(mode, func(t *testing.T) {
-			args := []string{"--listen-fd=4", "--ready-fd=3"}
-			if mode == "spawn-thread" {
-				args = append(args, "--spawn-thread")
-			}
-			testAgentLimits(t, args)
-		})
-	}
+	inBothModes(t, func(t *testing.T, _ bool, args []string) { testAgentLimits(t, args) })
 }
 
 func testAgentLimits(t *testing.T, args []string) {
