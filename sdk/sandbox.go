@@ -113,6 +113,14 @@ func seconds(d time.Duration) *int64 {
 
 // Create creates a sandbox and returns it once it is running.
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.doJSON(ctx, "POST", "/v1/sandboxes", nil, opts.request(), &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+func (opts CreateOptions) request() createRequest {
 	req := createRequest{
 		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
 		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata, Network: opts.Network,
@@ -122,11 +130,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 	if opts.Timeout != nil {
 		req.Timeout = seconds(*opts.Timeout)
 	}
-	var sb Sandbox
-	if err := c.doJSON(ctx, "POST", "/v1/sandboxes", nil, req, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return req
 }
 
 // Get returns one sandbox.
@@ -287,9 +291,7 @@ func (ev *execEvent) err() error {
 // opts.Stderr, and returns how it ended. A process that cannot start is an
 // error (code not_found for a missing executable); a non-zero exit is not.
 func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecResult, error) {
-	req := execRequest{Cmd: opts.Cmd, Shell: opts.Shell, Env: opts.Env, Cwd: opts.Cwd, User: opts.User,
-		Stdin: opts.Stdin, TimeoutMS: opts.Timeout.Milliseconds(), MaxOutput: opts.MaxOutputBytes}
-	b, err := json.Marshal(req)
+	b, err := json.Marshal(opts.request())
 	if err != nil {
 		return nil, err
 	}
@@ -298,9 +300,25 @@ func (c *Client) Exec(ctx context.Context, id string, opts ExecOptions) (*ExecRe
 		return nil, err
 	}
 	defer resp.Body.Close()
-	pid := 0
-	sc := bufio.NewScanner(resp.Body)
+	return readExec(newEventScanner(resp.Body), opts)
+}
+
+func (opts ExecOptions) request() execRequest {
+	return execRequest{Cmd: opts.Cmd, Shell: opts.Shell, Env: opts.Env, Cwd: opts.Cwd, User: opts.User,
+		Stdin: opts.Stdin, TimeoutMS: opts.Timeout.Milliseconds(), MaxOutput: opts.MaxOutputBytes}
+}
+
+// newEventScanner reads the lines of an event stream, each at most 16 MiB.
+func newEventScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	return sc
+}
+
+// readExec reads exec events from sc up to the exit, writing the output
+// to opts' writers, and returns how the process ended.
+func readExec(sc *bufio.Scanner, opts ExecOptions) (*ExecResult, error) {
+	pid := 0
 	for sc.Scan() {
 		var ev execEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {

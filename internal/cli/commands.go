@@ -119,23 +119,19 @@ func (c *cli) run(args []string) int {
 	defer client.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
-	sb, err := client.Create(ctx, opts)
-	if err != nil {
-		return c.fail(err)
+	// One round trip: the daemon creates the sandbox, runs the command
+	// and, without --keep, deletes the sandbox, also when this client is
+	// interrupted.
+	ropts := corral.RunOptions{Sandbox: opts, Exec: eopts, Remove: !*keep}
+	if *keep {
+		ropts.Created = func(sb *corral.Sandbox) { fmt.Fprintln(c.env.Stderr, sb.ID) }
 	}
-	if !*keep {
-		defer func() {
-			dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-			defer dcancel()
-			if err := client.Delete(dctx, sb.ID); err != nil {
-				fmt.Fprintf(c.env.Stderr, "corral: destroying sandbox %s: %v\n", sb.ID, err)
-			}
-		}()
-	} else {
-		fmt.Fprintln(c.env.Stderr, sb.ID)
-	}
-	res, err := client.Exec(ctx, sb.ID, eopts)
-	if err != nil {
+	_, res, err := client.Run(ctx, ropts)
+	switch {
+	case err != nil && res != nil:
+		// The command ran; deleting its sandbox failed.
+		fmt.Fprintf(c.env.Stderr, "corral: %v\n", err)
+	case err != nil:
 		return c.fail(err)
 	}
 	return c.runResult(res)

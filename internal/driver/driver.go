@@ -31,6 +31,13 @@ type Spec struct {
 	// the sandbox (veth, host-side rules; package network). Nil means a
 	// new namespace with loopback only.
 	Network *Network
+	// Started, when set, is called at most once, before Create returns
+	// and without blocking, once a connection made with DialAgent is
+	// queued for the agent and nothing remains to be done to the instance
+	// before the agent serves: a request sent from then on is served the
+	// moment the agent is ready, while Create still waits for it. A driver
+	// that cannot tell need not call it.
+	Started func()
 }
 
 // Network is a prepared network namespace and the files that go with it.

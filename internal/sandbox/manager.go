@@ -276,6 +276,11 @@ type RuntimeInfo struct {
 // is ready, and a cold create otherwise. With spec.FromSnapshot it starts
 // from a snapshot (createFromSnapshot).
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	return m.createWith(ctx, spec, nil)
+}
+
+// createWith is Create, which hands started to a cold create (see create).
+func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc) (Sandbox, error) {
 	if spec.FromSnapshot != "" {
 		return m.createFromSnapshot(ctx, spec)
 	}
@@ -283,22 +288,30 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err != nil || claimed {
 		return sb, err
 	}
-	return m.createSpec(ctx, spec, nil)
+	return m.createSpec(ctx, spec, nil, started)
 }
 
 // createSpec admits spec for ctx's caller and creates it (see create).
-func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource) (Sandbox, error) {
+func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource, started startedFunc) (Sandbox, error) {
 	sb, drv, err := m.admit(spec)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	sb.Owner = principalOf(ctx)
-	return m.create(ctx, sb, drv, src)
+	return m.create(ctx, sb, drv, src, started)
 }
+
+// startedFunc is told, at most once and from the driver's Create, that the
+// sandbox of entry e is reachable through its agent client c, which the
+// sandbox keeps once running (driver.Spec.Started). It must not block.
+type startedFunc func(e *entry, c *agent.Client)
 
 // create makes the admitted sandbox sb on drv (see Create): a user's, or a
 // warm pool member; starting from src's files (and memory) when src is set.
-func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource) (Sandbox, error) {
+// started, when set, learns when the agent can take requests (startedFunc),
+// and the create then leaves the agent's first round trip to those
+// requests instead of warming its connection itself.
+func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource, started startedFunc) (Sandbox, error) {
 	// Admission before anything is acquired; forget gives the claim back.
 	if err := m.adm.reserve(ctx, sb.ID, claimOf(sb)); err != nil {
 		return Sandbox{}, err
@@ -372,8 +385,14 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 		return fail(err)
 	}
 	netSpec := net.spec
+	if netSpec != nil {
+		m.mu.Lock()
+		e.netEnv = netSpec.Env
+		m.mu.Unlock()
+	}
 	setupDone := time.Now()
-	err = m.startInstance(ctx, drv, driver.Spec{
+	ag := m.newAgent(drv, sb.ID)
+	dspec := driver.Spec{
 		ID:       sb.ID,
 		RootFS:   root,
 		Hostname: sb.ID,
@@ -383,7 +402,13 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 			Pids:        sb.Pids,
 		},
 		Network: netSpec,
-	}, src)
+	}
+	var once sync.Once
+	if started != nil {
+		dspec.Started = func() { once.Do(func() { started(e, ag) }) }
+	}
+	err = m.startInstance(ctx, drv, dspec, src)
+	once.Do(func() {}) // a late call starts nothing
 	if err != nil {
 		return fail(fmt.Errorf("starting sandbox %s: %w", sb.ID, err))
 	}
@@ -398,14 +423,13 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 	}
 
 	m.mu.Lock()
-	e.agent = m.newAgent(drv, sb.ID)
-	if netSpec != nil {
-		e.netEnv = netSpec.Env
-	}
+	e.agent = ag
 	e.sb.State = StateRunning
 	sb = e.sb.clone()
 	m.mu.Unlock()
-	m.warmAgent(e.agent)
+	if started == nil {
+		m.warmAgent(ag)
+	}
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
 		return fail(fmt.Errorf("recording sandbox %s: %w", sb.ID, err))
 	}
@@ -746,6 +770,20 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	if err != nil {
 		return err
 	}
+	if err := m.outputLimit(&req); err != nil {
+		return err
+	}
+	before, oomErr := oomKills(ctx, m.drivers[runtime], id)
+	err = m.exec(ctx, execTarget{e: e, id: id, runtime: runtime, client: client}, req, before, oomErr, fn)
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		m.checkAlive(context.WithoutCancel(ctx), e)
+	}
+	return err
+}
+
+// outputLimit checks req's output limit against the server's and sets the
+// default where req has none.
+func (m *Manager) outputLimit(req *wire.ExecRequest) error {
 	switch {
 	case req.MaxOutputBytes < 0:
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "max_output_bytes must not be negative")
@@ -754,15 +792,36 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	case req.MaxOutputBytes == 0 && m.cfg.ExecOutput > 0:
 		req.MaxOutputBytes = m.cfg.ExecOutput
 	}
+	return nil
+}
 
+// execTarget is the sandbox an exec runs in: its entry, ID and runtime,
+// and the client of its agent. early marks an exec sent while the sandbox
+// was being created (Run), whose start latency includes the create's and
+// is kept out of the exec start metric.
+type execTarget struct {
+	e       *entry
+	id      string
+	runtime string
+	client  *agent.Client
+	early   bool
+}
+
+// exec runs the checked request req in t; before is the sandbox's OOM-kill
+// count when the request was made (oomErr when it could not be read). The
+// caller checks whether an unavailable agent means a dead sandbox
+// (checkAlive), which a sandbox still being created is not.
+func (m *Manager) exec(ctx context.Context, t execTarget, req wire.ExecRequest, before int64, oomErr error, fn func(wire.ExecEvent) error) error {
+	e, id, runtime, client := t.e, t.id, t.runtime, t.client
 	defer m.busy(e)()
 	drv := m.drivers[runtime]
 	start, started := time.Now(), false
-	before, oomErr := oomKills(ctx, drv, id)
-	err = client.Exec(ctx, req, func(ev wire.ExecEvent) error {
+	return client.Exec(ctx, req, func(ev wire.ExecEvent) error {
 		if !started && ev.Type == wire.EventStart {
 			started = true
-			m.met.ExecStartSeconds.Observe(time.Since(start).Seconds(), runtime)
+			if !t.early {
+				m.met.ExecStartSeconds.Observe(time.Since(start).Seconds(), runtime)
+			}
 		}
 		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && oomErr == nil {
 			if after, err := oomKills(ctx, drv, id); err == nil && after > before {
@@ -771,10 +830,6 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 		}
 		return fn(ev)
 	})
-	if errors.Is(err, errdefs.ErrUnavailable) {
-		m.checkAlive(context.WithoutCancel(ctx), e)
-	}
-	return err
 }
 
 // oomKills reads instance id's OOM-kill count, through

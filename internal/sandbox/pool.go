@@ -321,7 +321,7 @@ func (m *Manager) makeMember(ctx context.Context, def Pool) (string, error) {
 		return "", err
 	}
 	sb.Pool, sb.Deadline = def.Name, time.Time{}
-	sb, err = m.create(ctx, sb, drv, nil)
+	sb, err = m.create(ctx, sb, drv, nil, nil)
 	if err != nil {
 		return "", err
 	}

@@ -478,7 +478,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, spec Spec) (Sandbox, e
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot %q holds the memory of a %s sandbox and restores only on %s", s.Name, s.Runtime, s.Runtime)
 	}
 	fillSpec(&spec, s)
-	return m.createSpec(ctx, spec, &restoreSource{dir: dir, memory: s.Kind == SnapshotMemory})
+	return m.createSpec(ctx, spec, &restoreSource{dir: dir, memory: s.Kind == SnapshotMemory}, nil)
 }
 
 // fillSpec fills spec's zero limits and environment from snapshot s.
@@ -572,7 +572,7 @@ func (m *Manager) Fork(ctx context.Context, id string, n int) ([]Sandbox, error)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { out[i], errs[i] = m.createSpec(ctx, spec, src) })
+		wg.Go(func() { out[i], errs[i] = m.createSpec(ctx, spec, src, nil) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -185,6 +185,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Stats":                {driver.Stats{}},
 		"ExecRequest":          {wire.ExecRequest{}},
 		"ExecEvent":            {wire.ExecEvent{}},
+		"RunRequest":           {RunRequest{}},
+		"RunEvent":             {RunEvent{}},
 		"FileInfo":             {wire.FileInfo{}},
 		"MkdirRequest":         {wire.MkdirRequest{}},
 		"RenameRequest":        {wire.RenameRequest{}},

@@ -88,6 +88,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/openapi.json", s.openapi},
 		{"GET /v1/runtimes", s.runtimes},
 		{"POST /v1/sandboxes", s.createSandbox},
+		{"POST /v1/run", s.run},
 		{"GET /v1/sandboxes", s.listSandboxes},
 		{"GET /v1/sandboxes/{id}", s.getSandbox},
 		{"DELETE /v1/sandboxes/{id}", s.deleteSandbox},
@@ -212,13 +213,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, err)
 		return
 	}
-	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || req.DiskMB < 0 || (req.Timeout != nil && *req.Timeout < 0) || req.IdleTimeout < 0 {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb, timeout and idle_timeout must not be negative"))
-		return
-	}
-	spec := req.spec()
-	var err error
-	if spec.Network, err = req.Network.policy(); err != nil {
+	spec, err := req.spec()
+	if err != nil {
 		wire.WriteError(w, err)
 		return
 	}
@@ -308,40 +304,64 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, err)
 		return
 	}
-	if (len(req.Cmd) == 0) == (req.Shell == "") {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "exactly one of cmd and shell must be set"))
-		return
-	}
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	started := false
-	err := s.m.Exec(r.Context(), r.PathValue("id"), req, func(ev wire.ExecEvent) error {
-		if !started {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			w.WriteHeader(http.StatusOK)
-			started = true
-		}
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		if ev.Type == wire.EventExit {
-			// The last event: the end of the response, written when the
-			// handler returns, carries it in the same write.
-			return nil
-		}
-		return rc.Flush()
-	})
-	if err == nil {
-		return
-	}
-	if !started {
+	if err := checkExec(req); err != nil {
 		wire.WriteError(w, err)
 		return
 	}
+	st := newExecStream(w)
+	if err := s.m.Exec(r.Context(), r.PathValue("id"), req, st.exec); err != nil {
+		st.fail(r, err)
+	}
+}
+
+// checkExec checks what the server requires of an exec request.
+func checkExec(req wire.ExecRequest) error {
+	if (len(req.Cmd) == 0) == (req.Shell == "") {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "exactly one of cmd and shell must be set")
+	}
+	return nil
+}
+
+// execStream writes the events of an exec as newline-delimited JSON:
+// status 200 and the headers with the first event (lazyHeader), and each
+// event flushed but an exit, which ends the exec and which the end of the
+// response carries in the same write.
+type execStream struct {
+	lazy *lazyHeader
+	rc   *http.ResponseController
+	enc  *json.Encoder
+}
+
+func newExecStream(w http.ResponseWriter) *execStream {
+	lazy := &lazyHeader{w: w}
+	return &execStream{lazy: lazy, rc: http.NewResponseController(w), enc: json.NewEncoder(lazy)}
+}
+
+// write writes the event v, then flushes when flush is set.
+func (st *execStream) write(v any, flush bool) error {
+	if err := st.enc.Encode(v); err != nil {
+		return err
+	}
+	if !flush {
+		return nil
+	}
+	return st.rc.Flush()
+}
+
+// exec writes one exec event.
+func (st *execStream) exec(ev wire.ExecEvent) error {
+	return st.write(ev, ev.Type != wire.EventExit)
+}
+
+// fail reports err: as the response when nothing was written yet, else as
+// a last error event, unless the client of r is gone.
+func (st *execStream) fail(r *http.Request, err error) {
+	if !st.lazy.started {
+		wire.WriteError(st.lazy.w, err)
+		return
+	}
 	if r.Context().Err() == nil {
-		_ = enc.Encode(wire.ExecEvent{Type: wire.EventError, Error: &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}})
-		_ = rc.Flush()
+		_ = st.write(wire.ExecEvent{Type: wire.EventError, Error: &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}}, true)
 	}
 }
 

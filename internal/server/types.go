@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/wire"
@@ -95,7 +96,11 @@ type CreateRequest struct {
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
-func (r CreateRequest) spec() sandbox.Spec {
+// spec checks r and returns the sandbox spec it asks for.
+func (r CreateRequest) spec() (sandbox.Spec, error) {
+	if r.CPUs < 0 || r.MemoryMB < 0 || r.Pids < 0 || r.DiskMB < 0 || (r.Timeout != nil && *r.Timeout < 0) || r.IdleTimeout < 0 {
+		return sandbox.Spec{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb, timeout and idle_timeout must not be negative")
+	}
 	s := sandbox.Spec{
 		FromSnapshot: r.FromSnapshot,
 		Template:     r.Template,
@@ -115,7 +120,11 @@ func (r CreateRequest) spec() sandbox.Spec {
 		d := time.Duration(*r.Timeout) * time.Second
 		s.Timeout = &d
 	}
-	return s
+	var err error
+	if s.Network, err = r.Network.policy(); err != nil {
+		return sandbox.Spec{}, err
+	}
+	return s, nil
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the new

@@ -91,24 +91,29 @@ func benchColdStart(b *testing.B, storage string) {
 	coldStart(b, startDaemon(b, storage), "", "runc-", bareRuncRun)
 }
 
-// coldStart alternates Corral's cold create on runtime (the daemon's
-// default when empty) of a busybox sandbox until the first byte of `echo
-// hi` arrives at the client, and bare's run of the same rootfs, and
-// reports both p50s (the peer's metrics prefixed with peer) and their
-// ratio, and the create call alone (create-).
+// coldStart alternates three ways to the first byte of `echo hi` in a new
+// busybox sandbox on runtime (the daemon's default when empty), each
+// followed by bare's run of the same rootfs: Corral's create and then exec
+// (two calls), Corral's run (one call: create, exec), and bare. It reports
+// the p50s (corral-, run-, and the peer's metrics prefixed with peer), the
+// create call alone (create-), and the ratios of both Corral ways to bare.
 func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.TB, string) time.Duration) {
 	bundle := bareBundle(b)
 	ctx := context.Background()
-	var corralSamples, peerSamples, createSamples []time.Duration
+	create := corral.CreateOptions{Template: "bb", Runtime: runtime}
+	echo := func(w io.Writer) corral.ExecOptions {
+		return corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: w}
+	}
+	var corralSamples, runSamples, peerSamples, createSamples []time.Duration
 	for i := 0; i < b.N; i++ {
-		// Corral: create + exec, timed to first output.
+		// Two calls: create, then exec, timed to first output.
 		fo := &firstOutput{start: time.Now()}
-		sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb", Runtime: runtime})
+		sb, err := d.Client.Create(ctx, create)
 		if err != nil {
 			b.Fatal(err)
 		}
 		createAt := time.Since(fo.start)
-		if _, err := d.Client.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "hi"}, Stdout: fo}); err != nil {
+		if _, err := d.Client.Exec(ctx, sb.ID, echo(fo)); err != nil {
 			b.Fatal(err)
 		}
 		corralSamples = append(corralSamples, fo.at)
@@ -119,13 +124,29 @@ func coldStart(b *testing.B, d *daemon, runtime, peer string, bare func(testing.
 		}
 		peerSamples = append(peerSamples, bare(b, bundle))
 		b.StartTimer()
+
+		// One call: run.
+		fo = &firstOutput{start: time.Now()}
+		sb, _, err = d.Client.Run(ctx, corral.RunOptions{Sandbox: create, Exec: echo(fo)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runSamples = append(runSamples, fo.at)
+		b.StopTimer()
+		if err := d.Client.Delete(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		peerSamples = append(peerSamples, bare(b, bundle))
+		b.StartTimer()
 	}
 	b.StopTimer()
 	c := reportPercentiles(b, "corral-", corralSamples)
+	run := reportPercentiles(b, "run-", runSamples)
 	reportPercentiles(b, "create-", createSamples)
 	r := reportPercentiles(b, peer, peerSamples)
 	if r > 0 {
 		b.ReportMetric(float64(c)/float64(r), "ratio-p50")
+		b.ReportMetric(float64(run)/float64(r), "ratio-run-p50")
 	}
 }
 

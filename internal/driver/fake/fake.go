@@ -137,6 +137,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		return fmt.Errorf("creating container %s: %w", spec.ID, err)
 	}
 	d.boxes[spec.ID] = b
+	if spec.Started != nil {
+		spec.Started()
+	}
 	return nil
 }
 

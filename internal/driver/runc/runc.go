@@ -369,6 +369,12 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 			return err
 		}
 	}
+	if spec.Started != nil {
+		// Limits set, nothing else happens before the agent serves: a
+		// connection made now waits in the socket's backlog until the
+		// agent takes it (and is reset if the agent dies first).
+		spec.Started()
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("waiting for the agent: %w", err)
 	}
