@@ -343,6 +343,33 @@ func testAgentLimits(t *testing.T, args []string) {
 	}
 }
 
+// With --rlimit the agent lowers its own limits before it serves, and the
+// processes it starts inherit them, the Go runtime's NOFILE adjustment
+// included; a limit it does not know stops the start-up.
+func TestAgentBinaryRlimits(t *testing.T) {
+	args := []string{"--listen-fd=4", "--ready-fd=3", "--rlimit=RLIMIT_NOFILE=512", "--rlimit=RLIMIT_CORE=0"}
+	p := startAgentBinary(t, testutil.AgentBinary(t), nil, args...)
+	if p.ready != "ok\n" {
+		t.Fatalf("ready fd said %q; log:\n%s", p.ready, readLog(p.log))
+	}
+	res, err := runExec(t.Context(), p.client, wire.ExecRequest{Shell: "ulimit -n; ulimit -Hn; ulimit -c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.stdout); res.code() != 0 || got != "512\n512\n0\n" {
+		t.Fatalf("limits in a process: %q (code %d, stderr %q), want 512, 512, 0", got, res.code(), res.stderr)
+	}
+	p.stop(t)
+
+	for _, arg := range []string{"--rlimit=RLIMIT_BOGUS=1", "--rlimit=RLIMIT_NOFILE=many", "--rlimit=RLIMIT_NOFILE"} {
+		cmd := exec.Command(testutil.AgentBinary(t), "agent", "--listen-fd=4", arg)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("%s: %v, want exit code 2; output:\n%s", arg, err, out)
+		}
+	}
+}
+
 // As PID 1 of fresh PID and network namespaces the agent brings up
 // loopback, reaps orphans, and still reports each exec's status.
 func TestAgentBinaryAsInit(t *testing.T) {

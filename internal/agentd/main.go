@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,12 @@ func Main(args []string) int {
 	filterFile := fl.String("seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
 	oneThread := fl.Bool("spawn-thread", false, "start every process from one thread that alone carries the --seccomp filter, instead of filtering every thread (gVisor, where a filter costs per thread)")
 	limits := fl.String("limits", "", "`file` of FILE=VALUE lines, each a file to write before serving, such as a cgroup limit inside gVisor")
+	var rlimits []rlimit
+	fl.Func("rlimit", "`RLIMIT_NAME=VALUE`: lower that resource limit, soft and hard, before serving, for every process the agent starts (repeatable)", func(s string) error {
+		r, err := parseRlimit(s)
+		rlimits = append(rlimits, r)
+		return err
+	})
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -66,6 +73,11 @@ func Main(args []string) int {
 		log.Error("agent start-up failed", "error", err)
 		report("error: " + err.Error() + "\n")
 		return 1
+	}
+	for _, r := range rlimits {
+		if err := r.set(); err != nil {
+			return failed(err)
+		}
 	}
 	// The filter and limits go in while the server is built below; the
 	// agent serves and starts processes only after confined.
@@ -325,6 +337,51 @@ func writeLimits(path string) error {
 		if err := os.WriteFile(file, []byte(value), 0); err != nil {
 			return fmt.Errorf("writing limit: %w", err)
 		}
+	}
+	return nil
+}
+
+// rlimit is one resource limit of --rlimit, soft and hard alike.
+type rlimit struct {
+	name     string
+	resource int
+	value    uint64
+}
+
+// rlimitNames are the limits --rlimit knows, by their OCI names.
+var rlimitNames = map[string]int{
+	"RLIMIT_AS": unix.RLIMIT_AS, "RLIMIT_CORE": unix.RLIMIT_CORE, "RLIMIT_CPU": unix.RLIMIT_CPU,
+	"RLIMIT_DATA": unix.RLIMIT_DATA, "RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_LOCKS": unix.RLIMIT_LOCKS,
+	"RLIMIT_MEMLOCK": unix.RLIMIT_MEMLOCK, "RLIMIT_MSGQUEUE": unix.RLIMIT_MSGQUEUE, "RLIMIT_NICE": unix.RLIMIT_NICE,
+	"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_RSS": unix.RLIMIT_RSS,
+	"RLIMIT_RTPRIO": unix.RLIMIT_RTPRIO, "RLIMIT_RTTIME": unix.RLIMIT_RTTIME,
+	"RLIMIT_SIGPENDING": unix.RLIMIT_SIGPENDING, "RLIMIT_STACK": unix.RLIMIT_STACK,
+}
+
+// parseRlimit parses RLIMIT_NAME=VALUE.
+func parseRlimit(s string) (rlimit, error) {
+	name, v, ok := strings.Cut(s, "=")
+	res, known := rlimitNames[name]
+	if !ok || !known {
+		return rlimit{}, fmt.Errorf("want RLIMIT_NAME=VALUE with a known name, got %q", s)
+	}
+	value, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return rlimit{}, fmt.Errorf("limit %s: %w", name, err)
+	}
+	return rlimit{name, res, value}, nil
+}
+
+// set sets the limit on the agent, which every process it starts
+// inherits. Lowering a limit needs no privilege, and nothing in the
+// sandbox can raise it again: that takes CAP_SYS_RESOURCE in the host's
+// user namespace. syscall.Setrlimit, not unix's: for RLIMIT_NOFILE it
+// also stops the Go runtime from restoring the limit it found at start in
+// the processes it forks.
+func (r rlimit) set() error {
+	lim := syscall.Rlimit{Cur: r.value, Max: r.value}
+	if err := syscall.Setrlimit(r.resource, &lim); err != nil {
+		return fmt.Errorf("setting %s to %d: %w", r.name, r.value, err)
 	}
 	return nil
 }

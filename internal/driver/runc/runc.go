@@ -341,7 +341,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	var pid int
 	var ready *os.File
 	runRunc := func() (err error) {
-		pid, ready, err = d.run(runCtx, id, dir, sock)
+		pid, ready, err = d.run(runCtx, id, dir, sock, spec.Started)
 		return err
 	}
 	if userns.Size > 0 && spec.Network != nil {
@@ -362,19 +362,6 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if d.cfg.Reaper != nil {
 		d.cfg.Reaper.Watch(pid)
 	}
-	if userns.Size > 0 {
-		// Before the agent is ready, so before it starts any process:
-		// children inherit the limits.
-		if err := setRlimits(pid, rlimits(d.host)); err != nil {
-			return err
-		}
-	}
-	if spec.Started != nil {
-		// Limits set, nothing else happens before the agent serves: a
-		// connection made now waits in the socket's backlog until the
-		// agent takes it (and is reset if the agent dies first).
-		spec.Started()
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("waiting for the agent: %w", err)
 	}
@@ -389,8 +376,12 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 
 // run starts the container and returns its init's pid and the read end of
 // the agent's ready pipe. The listening socket and the pipe's write end
-// exist only in the container once run returns.
-func (d *Driver) run(ctx context.Context, id, dir, sock string) (pid int, ready *os.File, err error) {
+// exist only in the container once run returns. started, when set, is
+// called once the socket listens, before runc starts: a connection made
+// from then on waits in the socket's backlog until the agent, which sets
+// up everything it needs before it serves, takes it (or is reset when the
+// container fails and the last copy of the socket is closed).
+func (d *Driver) run(ctx context.Context, id, dir, sock string, started func()) (pid int, ready *os.File, err error) {
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return 0, nil, fmt.Errorf("listening for the agent: %w", err)
@@ -404,6 +395,9 @@ func (d *Driver) run(ctx context.Context, id, dir, sock string) (pid int, ready 
 		return 0, nil, fmt.Errorf("listening for the agent: %w", err)
 	}
 	defer lf.Close()
+	if started != nil {
+		started()
+	}
 
 	r, w, err := os.Pipe()
 	if err != nil {

@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"fmt"
 	"path"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -208,6 +209,11 @@ func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 		spec.Process.Args = append(spec.Process.Args, "--seccomp="+h.InitSeccomp)
 	}
 	if u.Size > 0 {
+		// runc cannot set rlimits in this namespace (specRlimits): the
+		// agent lowers its own before it serves.
+		for _, r := range rlimits(h) {
+			spec.Process.Args = append(spec.Process.Args, fmt.Sprintf("--rlimit=%s=%d", r.name, r.value))
+		}
 		// "uidMappings (array of objects, OPTIONAL) describes the user
 		// namespace uid mappings from the host to the container."
 		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostID, Size: u.Size}}
@@ -281,7 +287,9 @@ func rlimits(h Host) []rlimit {
 }
 
 // specRlimits are rlimits for runc to set. In a user namespace of its own
-// the driver sets them itself (setRlimits), because runc cannot.
+// the agent sets them on itself (its --rlimit), because runc cannot: it
+// sets them with prlimit(2) from outside, which needs CAP_SYS_RESOURCE
+// over a namespace root does not own, and root lacks it on some hosts.
 func specRlimits(h Host, u UserNS) []specs.POSIXRlimit {
 	if u.Size > 0 {
 		return nil

@@ -378,25 +378,6 @@ func asHostID(id uint32, f func() error) error {
 	return <-errc
 }
 
-// setRlimits applies rl to process pid, which runs as sandbox root in its
-// own user namespace. runc sets rlimits with prlimit(2) from outside, which for a
-// process in a user namespace not owned by root needs CAP_SYS_RESOURCE,
-// which root lacks on some hosts (this one). A process may lower the
-// limits of another with the same real and effective IDs without any
-// capability, so the call runs as the sandbox's root. Limits can only go
-// down this way, which is all they are for.
-func setRlimits(pid int, rl []rlimit) error {
-	return asHostID(idBase, func() error {
-		for _, r := range rl {
-			lim := unix.Rlimit{Cur: r.value, Max: r.value}
-			if err := unix.Prlimit(pid, r.resource, &lim, nil); err != nil {
-				return fmt.Errorf("setting %s of pid %d: %w", r.name, pid, err)
-			}
-		}
-		return nil
-	})
-}
-
 // Close reaps the holder and closes the fd; the namespace lives on as
 // long as processes (the sandbox) or mounts (its idmapped root) use it.
 func (ns *userNS) Close() {
