@@ -21,6 +21,13 @@ func newMemStore() *memStore {
 	return &memStore{sandboxes: map[string]Sandbox{}, templates: map[string]Template{}}
 }
 
+// sandbox returns the record of id (zero when there is none).
+func (s *memStore) sandbox(id string) Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sandboxes[id]
+}
+
 func (s *memStore) PutSandbox(_ context.Context, sb Sandbox) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

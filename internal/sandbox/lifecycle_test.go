@@ -141,7 +141,7 @@ func TestLifecycleActions(t *testing.T) {
 	if got.State != StatePaused || !got.Deadline.IsZero() {
 		t.Fatalf("sandbox after its deadline with action pause: %+v", got)
 	}
-	if rec := h.store.sandboxes[late.ID]; !rec.Deadline.IsZero() {
+	if rec := h.store.sandbox(late.ID); !rec.Deadline.IsZero() {
 		t.Fatalf("store keeps the deadline of the paused sandbox: %s", rec.Deadline)
 	}
 	h.now.Add(time.Hour)
@@ -168,7 +168,7 @@ func TestLifecycleActions(t *testing.T) {
 	if upd.IdleTimeout != 30*time.Second || upd.OnIdle != ActionPause || upd.OnDeadline != ActionDestroy || !upd.Deadline.Equal(sb.Deadline) {
 		t.Fatalf("after SetLifecycle: %+v", upd)
 	}
-	if rec := h.store.sandboxes[sb.ID]; rec.IdleTimeout != 30*time.Second || rec.OnIdle != ActionPause {
+	if rec := h.store.sandbox(sb.ID); rec.IdleTimeout != 30*time.Second || rec.OnIdle != ActionPause {
 		t.Fatalf("store after SetLifecycle: %+v", rec)
 	}
 	upd, err = h.m.SetLifecycle(ctx, sb.ID, Lifecycle{IdleTimeout: ptr(time.Duration(0))})

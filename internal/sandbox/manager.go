@@ -320,17 +320,12 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 	e.op.Lock()
 	defer e.op.Unlock()
 
-	// Record first: a crash from here on is found and cleaned by reconcile.
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		m.adm.release(sb.ID)
-		return Sandbox{}, fmt.Errorf("recording sandbox %s: %w", sb.ID, err)
-	}
-	m.emit(events.Created, sb, nil)
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = e
 	m.mu.Unlock()
 
 	var undo []func(context.Context)
+	recorded := false
 	fail := func(err error) (Sandbox, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -338,13 +333,20 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 			undo[i](cctx)
 		}
 		m.forget(cctx, sb.ID)
-		m.emit(events.Deleted, sb, err)
+		if recorded {
+			m.emit(events.Deleted, sb, err)
+		}
 		return Sandbox{}, err
 	}
 
-	// Storage and network do not depend on each other: they are set up
-	// at once, each a few milliseconds of the create.
+	// The record, storage and network do not depend on each other: they
+	// are made at once, each up to a few milliseconds of the create. The
+	// instance starts only once the record is in; a crash before that
+	// leaves a root and a network without one, which reconcile removes as
+	// orphans, as it removes whatever a crash leaves of a recorded create.
 	start := time.Now()
+	recordc := make(chan error, 1)
+	go func() { recordc <- m.cfg.Store.PutSandbox(ctx, sb) }()
 	type netResult struct {
 		spec *driver.Network
 		err  error
@@ -371,6 +373,12 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 		}
 	}
 	storageDone := time.Now()
+	if rerr := <-recordc; rerr != nil {
+		err = errors.Join(fmt.Errorf("recording sandbox %s: %w", sb.ID, rerr), err)
+	} else {
+		recorded = true
+		m.emit(events.Created, sb, nil)
+	}
 	net := <-netc
 	if net.err == nil {
 		undo = append(undo, func(ctx context.Context) {

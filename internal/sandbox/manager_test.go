@@ -185,6 +185,14 @@ func TestCreateRollsBack(t *testing.T) {
 	}{
 		{"storage fails", func(h *harness) { h.storage.SetFailCreateRoot(func(string) error { return boom }) }},
 		{"driver fails", func(h *harness) { h.setFailDriver(func(string) error { return boom }) }},
+		{"store fails to record creating", func(h *harness) {
+			h.store.failPut = func(sb Sandbox) error {
+				if sb.State == StateCreating {
+					return boom
+				}
+				return nil
+			}
+		}},
 		{"store fails to record running", func(h *harness) {
 			h.store.failPut = func(sb Sandbox) error {
 				if sb.State == StateRunning {

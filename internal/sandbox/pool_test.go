@@ -106,7 +106,7 @@ func TestPoolClaim(t *testing.T) {
 		t.Fatalf("Agent of a member: %v", err)
 	}
 	for _, id := range members {
-		if sb, _ := h.store.sandboxes[id]; !sb.Deadline.IsZero() {
+		if sb := h.store.sandbox(id); !sb.Deadline.IsZero() {
 			t.Fatalf("member %s has a deadline %s", id, sb.Deadline)
 		}
 	}
@@ -127,7 +127,7 @@ func TestPoolClaim(t *testing.T) {
 	if want := h.now.Now().Add(10 * time.Minute); !sb.Deadline.Equal(want) {
 		t.Fatalf("claimed deadline %s, want %s", sb.Deadline, want)
 	}
-	if rec := h.store.sandboxes[sb.ID]; rec.Pool != "" || rec.Env["GREETING"] != "hi" {
+	if rec := h.store.sandbox(sb.ID); rec.Pool != "" || rec.Env["GREETING"] != "hi" {
 		t.Fatalf("store holds %+v", rec)
 	}
 	if got := execStdout(t, h, sb.ID, wire.ExecRequest{Shell: "echo $GREETING"}); got != "hi\n" {
@@ -327,7 +327,7 @@ func TestPoolSurvivesRestart(t *testing.T) {
 	// forgotten (its member must be deleted).
 	var p []string
 	for _, id := range members {
-		if h.store.sandboxes[id].Pool == "p" {
+		if h.store.sandbox(id).Pool == "p" {
 			p = append(p, id)
 		}
 	}
@@ -458,8 +458,8 @@ func TestPoolAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first claim of a: %v", err)
 	}
-	if sb.Owner != "a" || h.store.sandboxes[sb.ID].Owner != "a" {
-		t.Fatalf("claimed sandbox owner %q (stored %q), want a", sb.Owner, h.store.sandboxes[sb.ID].Owner)
+	if sb.Owner != "a" || h.store.sandbox(sb.ID).Owner != "a" {
+		t.Fatalf("claimed sandbox owner %q (stored %q), want a", sb.Owner, h.store.sandbox(sb.ID).Owner)
 	}
 	// a is at its limit: neither a claim nor a cold create may pass.
 	if _, err := h.m.Create(a, Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrResourceExhausted) {

@@ -60,9 +60,7 @@ func TestUpdateResources(t *testing.T) {
 			if got.MilliCPUs != tt.want.MilliCPUs || got.MemoryBytes != tt.want.MemoryBytes || got.Pids != tt.want.Pids {
 				t.Errorf("returned %+v, want %+v", got, tt.want)
 			}
-			h.store.mu.Lock()
-			rec := h.store.sandboxes[sb.ID]
-			h.store.mu.Unlock()
+			rec := h.store.sandbox(sb.ID)
 			if rec.MilliCPUs != tt.want.MilliCPUs || rec.MemoryBytes != tt.want.MemoryBytes || rec.Pids != tt.want.Pids {
 				t.Errorf("stored %+v, want %+v", rec, tt.want)
 			}

@@ -161,7 +161,7 @@ func TestPauseResume(t *testing.T) {
 	if want := h.now.Now().Add(90 * time.Second); !r.Deadline.Equal(want) {
 		t.Fatalf("deadline after resume = %v, want %v", r.Deadline, want)
 	}
-	if rec := h.store.sandboxes[sb.ID]; rec.State != StateRunning {
+	if rec := h.store.sandbox(sb.ID); rec.State != StateRunning {
 		t.Fatalf("stored state %s", rec.State)
 	}
 }
