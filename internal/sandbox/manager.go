@@ -269,8 +269,9 @@ type RuntimeInfo struct {
 }
 
 // Create makes a sandbox and returns it running. It records the sandbox
-// before acquiring anything, and on failure (including ctx being canceled)
-// releases everything it acquired and forgets the sandbox.
+// before the instance starts (while its storage and network are made), and
+// on failure (including ctx being canceled) releases everything it
+// acquired and forgets the sandbox.
 //
 // A spec that matches a warm pool (pool.go) gets a sandbox from it when one
 // is ready, and a cold create otherwise. With spec.FromSnapshot it starts
