@@ -1,7 +1,6 @@
 package corral
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -201,8 +200,7 @@ func (c *Client) Output(ctx context.Context, id string, pid int, opts OutputOpti
 	}
 	defer resp.Body.Close()
 	res := &OutputResult{Next: opts.From}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	sc := newEventScanner(resp.Body)
 	for sc.Scan() {
 		var ev execEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {

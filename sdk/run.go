@@ -51,7 +51,11 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (*Sandbox, *ExecResul
 		Sandbox *Sandbox `json:"sandbox"`
 	}
 	if !sc.Scan() {
-		return nil, nil, fmt.Errorf("reading run stream: %w", streamEnd(sc.Err()))
+		err := sc.Err()
+		if err == nil {
+			err = &Error{Code: CodeUnavailable, Message: "stream ended before the sandbox event"}
+		}
+		return nil, nil, fmt.Errorf("reading run stream: %w", err)
 	}
 	if err := json.Unmarshal(sc.Bytes(), &first); err != nil || first.Type != "sandbox" || first.Sandbox == nil {
 		return nil, nil, fmt.Errorf("reading run stream: the first event is not the sandbox: %.200q", sc.Bytes())
@@ -79,13 +83,4 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (*Sandbox, *ExecResul
 		err = errors.Join(err, fmt.Errorf("reading run stream: %w", serr))
 	}
 	return sb, res, err
-}
-
-// streamEnd is the error of a stream that ended early: err, or an
-// unavailable error when it just stopped.
-func streamEnd(err error) error {
-	if err != nil {
-		return err
-	}
-	return &Error{Code: CodeUnavailable, Message: "stream ended early"}
 }

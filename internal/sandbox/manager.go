@@ -879,9 +879,16 @@ func (m *Manager) running(id string, req *wire.ExecRequest) (*entry, *agent.Clie
 		return nil, nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, e.sb.State)
 	}
 	e.act.touch(m.cfg.Now())
+	m.execDefaults(e, req)
+	return e, e.agent, e.sb.Runtime, nil
+}
+
+// execDefaults fills in what req leaves to the sandbox of e: its
+// template's and its own defaults, then its network's proxy environment
+// under them. The caller holds m.mu.
+func (m *Manager) execDefaults(e *entry, req *wire.ExecRequest) {
 	m.withDefaults(e.sb, req)
 	withNetworkEnv(e, req)
-	return e, e.agent, e.sb.Runtime, nil
 }
 
 // checkAlive marks a sandbox as errored when its instance is gone, so that

@@ -68,8 +68,7 @@ func newEarlyExec(ctx context.Context, m *Manager, req wire.ExecRequest, fn func
 func (r *earlyExec) start(e *entry, c *agent.Client) {
 	r.m.mu.RLock()
 	t := execTarget{e: e, id: e.sb.ID, runtime: e.sb.Runtime, client: c, early: true}
-	r.m.withDefaults(e.sb, &r.req)
-	withNetworkEnv(e, &r.req)
+	r.m.execDefaults(e, &r.req)
 	r.m.mu.RUnlock()
 	r.e = e
 	r.sent.Store(true)
