@@ -120,3 +120,39 @@ func (c *Client) Version(ctx context.Context) (*Version, error) {
 	}
 	return &v, nil
 }
+
+// Health is the daemon's own account of whether it keeps its promises.
+type Health struct {
+	// OK is false while something the daemon promises is not kept;
+	// Problems says what.
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems,omitempty"`
+	// DiskQuota is the state of disk limit accounting, for storage that
+	// enforces disk limits.
+	DiskQuota *DiskQuota `json:"disk_quota,omitempty"`
+}
+
+// DiskQuota is the state of disk limit accounting. While Enabled and not
+// Consistent, disk limits are not enforced and creates that ask for one
+// are refused as unavailable.
+type DiskQuota struct {
+	Enabled bool `json:"enabled"`
+	// Mode is "simple" or "full".
+	Mode       string `json:"mode,omitempty"`
+	Consistent bool   `json:"consistent"`
+	// Repairing is true while a rescan is under way.
+	Repairing bool `json:"repairing,omitempty"`
+	// Inconsistencies counts the times accounting was found inconsistent
+	// since the daemon started.
+	Inconsistencies int64 `json:"inconsistencies"`
+}
+
+// Health asks the daemon whether it keeps its promises. An answer with OK
+// false is not an error: the daemon still serves requests.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.doJSON(ctx, "GET", "/v1/health", nil, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}

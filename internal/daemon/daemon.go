@@ -71,6 +71,9 @@ type Config struct {
 	// BtrfsImageSize is the size of the sparse loop image used when the
 	// state dir is not on btrfs (default 20 GiB).
 	BtrfsImageSize int64
+	// BtrfsQuotaMode is how btrfs storage accounts disk limits: "simple"
+	// (default) or "full" (see btrfs.Config.QuotaMode).
+	BtrfsQuotaMode string
 	// Runtime is the default runtime (default "runc").
 	Runtime string
 	// Runtimes are the runtimes to offer besides runc, which is always
@@ -261,7 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	storageDir := filepath.Join(cfg.StateDir, "storage")
 	switch cfg.Storage {
 	case "btrfs":
-		d.storage, err = btrfs.New(ctx, btrfs.Config{Dir: storageDir, ImageSize: cfg.BtrfsImageSize, Logger: d.log})
+		d.storage, err = btrfs.New(ctx, btrfs.Config{Dir: storageDir, ImageSize: cfg.BtrfsImageSize, QuotaMode: cfg.BtrfsQuotaMode, Logger: d.log})
 	case "overlay":
 		d.storage, err = overlay.New(ctx, overlay.Config{Dir: filepath.Join(cfg.StateDir, "overlay"), Logger: d.log})
 	default:

@@ -31,6 +31,7 @@ func Main(args []string, version string) int {
 	fs.StringVar(&cfg.E2BDomain, "e2b-domain", "", "sandbox domain the E2B API reports (optional)")
 	fs.StringVar(&cfg.APIKey, "api-key", os.Getenv("CORRAL_API_KEY"), "API key required on --listen (default $CORRAL_API_KEY)")
 	fs.StringVar(&cfg.Storage, "storage", "btrfs", "storage backend: btrfs or overlay")
+	fs.StringVar(&cfg.BtrfsQuotaMode, "btrfs-quota-mode", "simple", "how btrfs storage accounts disk limits: simple (each extent charged to the sandbox that wrote it; falls back to full on kernels before 6.7) or full (classic qgroups)")
 	fs.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime")
 	fs.StringVar(&cfg.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	fs.Var(runtimesFlag{&cfg.Runtimes}, "runtimes", "runtimes besides runc, comma-separated: gvisor (default: gvisor when corral doctor finds it usable)")

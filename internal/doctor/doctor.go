@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -47,6 +48,8 @@ type Host struct {
 	Geteuid  func() int
 	ReadFile func(name string) ([]byte, error)
 	Stat     func(name string) (os.FileInfo, error)
+	// Glob returns the names matching a filepath.Match pattern.
+	Glob     func(pattern string) ([]string, error)
 	LookPath func(file string) (string, error)
 	// Output runs a command and returns its standard output.
 	Output func(ctx context.Context, name string, args ...string) ([]byte, error)
@@ -59,6 +62,7 @@ func RealHost() Host {
 		Geteuid:  os.Geteuid,
 		ReadFile: os.ReadFile,
 		Stat:     os.Stat,
+		Glob:     filepath.Glob,
 		LookPath: exec.LookPath,
 		Output: func(ctx context.Context, name string, args ...string) ([]byte, error) {
 			return exec.CommandContext(ctx, name, args...).Output()
@@ -87,6 +91,7 @@ func Run(ctx context.Context, h Host) Report {
 	add(fsCheck(fsys, "overlay", "overlayfs"))
 	add(fsCheck(fsys, "btrfs", "btrfs"))
 	add(binaryCheck(ctx, h, "mkfs.btrfs", []string{"--version"}, "apt-get install btrfs-progs"))
+	add(quotaCheck(h))
 	add(binaryCheck(ctx, h, "runc", []string{"--version"}, "apt-get install runc"))
 	add(runscCheck(ctx, h))
 	add(kvmCheck(h))
@@ -126,6 +131,38 @@ func Run(ctx context.Context, h Host) Report {
 		r.Storage = append(r.Storage, Runtime{Name: st.name, Available: avail, Needs: missing})
 	}
 	return r
+}
+
+// quotaCheck reads the quota accounting state of every mounted btrfs
+// filesystem: disk limits on one whose accounting is inconsistent are not
+// enforced.
+func quotaCheck(h Host) Check {
+	c := Check{Name: "btrfs-quotas", OK: true,
+		Fix: "the Corral daemon rescans by itself and refuses creates with a disk limit meanwhile; if it stays inconsistent: btrfs quota rescan -w MOUNTPOINT"}
+	flags, _ := h.Glob("/sys/fs/btrfs/*/qgroups/inconsistent")
+	modes := map[string]int{}
+	var bad []string
+	for _, f := range flags {
+		uuid := filepath.Base(filepath.Dir(filepath.Dir(f)))
+		mode := "full"
+		if m, err := h.ReadFile(filepath.Join(filepath.Dir(f), "mode")); err == nil && strings.TrimSpace(string(m)) == "squota" {
+			mode = "simple"
+		}
+		modes[mode]++
+		if v, err := h.ReadFile(f); err == nil && strings.TrimSpace(string(v)) == "1" {
+			bad = append(bad, uuid)
+		}
+	}
+	switch {
+	case len(flags) == 0:
+		c.Detail = "no btrfs filesystem has quotas on"
+	case len(bad) > 0:
+		c.OK = false
+		c.Detail = "accounting inconsistent, disk limits not enforced, on btrfs " + strings.Join(bad, ", ")
+	default:
+		c.Detail = fmt.Sprintf("consistent on %d btrfs filesystems (simple quotas: %d, full: %d)", len(flags), modes["simple"], modes["full"])
+	}
+	return c
 }
 
 // cgroupCheck finds the cgroup version and the controllers Corral needs.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,6 +29,15 @@ func fakeHost(files map[string]string, bins map[string]string) Host {
 				return fakeInfo{}, nil
 			}
 			return nil, fs.ErrNotExist
+		},
+		Glob: func(pattern string) ([]string, error) {
+			var names []string
+			for name := range files {
+				if ok, _ := filepath.Match(pattern, name); ok {
+					names = append(names, name)
+				}
+			}
+			return names, nil
 		},
 		LookPath: func(file string) (string, error) {
 			if _, ok := bins[file]; ok {
@@ -87,6 +97,30 @@ func TestThisMachineKind(t *testing.T) {
 		if !c.OK && c.Fix == "" {
 			t.Errorf("failed check %s has no fix", c.Name)
 		}
+	}
+}
+
+func TestQuotaCheck(t *testing.T) {
+	const a, b = "/sys/fs/btrfs/aaaa/qgroups/", "/sys/fs/btrfs/bbbb/qgroups/"
+	tests := []struct {
+		name   string
+		files  map[string]string
+		ok     bool
+		detail string
+	}{
+		{"no quotas", map[string]string{}, true, "no btrfs filesystem has quotas on"},
+		{"consistent", map[string]string{a + "inconsistent": "0\n", a + "mode": "squota\n", b + "inconsistent": "0\n", b + "mode": "qgroup\n"},
+			true, "consistent on 2 btrfs filesystems (simple quotas: 1, full: 1)"},
+		{"inconsistent", map[string]string{a + "inconsistent": "0\n", b + "inconsistent": "1\n", b + "mode": "qgroup\n"},
+			false, "accounting inconsistent, disk limits not enforced, on btrfs bbbb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := quotaCheck(fakeHost(tt.files, nil))
+			if c.OK != tt.ok || c.Detail != tt.detail {
+				t.Errorf("quotaCheck = %v %q, want %v %q", c.OK, c.Detail, tt.ok, tt.detail)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/metrics"
+	"github.com/corralrun/corral/internal/storage"
 )
 
 // Metrics are the instruments the Manager and its helpers feed. The pool
@@ -91,9 +92,24 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 			emit(float64(u.stats.CPUUsageNanos)/1e9, u.id, u.runtime)
 		}
 	})
+	if q, ok := m.cfg.Storage.(storage.QuotaReporter); ok {
+		r.GaugeFunc("corral_disk_quota_consistent", "1 while disk quota accounting is consistent (or off), 0 while disk limits are not enforced.", nil, func(_ context.Context, emit metrics.Emit) {
+			emit(boolValue(q.QuotaStatus().Consistent))
+		})
+		r.CounterFunc("corral_disk_quota_inconsistencies_total", "Times disk quota accounting was found inconsistent.", nil, func(_ context.Context, emit metrics.Emit) {
+			emit(float64(q.QuotaStatus().Inconsistencies))
+		})
+	}
 	m.adm.onRefuse = func(reason string) { met.AdmissionRefusals.Inc(reason) }
 	m.adm.onQueue = func(n int) { met.AdmissionQueue.Set(float64(n)) }
 	return met
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // usageCache holds each sandbox's usage as last read, for statsTTL.

@@ -190,8 +190,18 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// health answers 200 while the daemon serves requests; the body says
+// whether anything it promises is currently not kept.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	h := Health{OK: true}
+	if q, ok := s.m.DiskQuota(); ok {
+		h.DiskQuota = &q
+		if q.Enabled && !q.Consistent {
+			h.OK = false
+			h.Problems = append(h.Problems, "disk quota accounting is inconsistent: disk limits are not enforced and creates with a disk limit are refused until it is repaired")
+		}
+	}
+	writeJSON(w, http.StatusOK, h)
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {

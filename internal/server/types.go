@@ -7,6 +7,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -154,6 +155,17 @@ type BuildEvent struct {
 type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	// OK is false while the daemon serves requests but does not keep a
+	// promise; Problems then says which.
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems,omitempty"`
+	// DiskQuota is the state of disk limit accounting, for storage that
+	// enforces disk limits.
+	DiskQuota *storage.QuotaStatus `json:"disk_quota,omitempty"`
 }
 
 // VersionInfo is the body of GET /v1/version.

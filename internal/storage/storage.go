@@ -71,3 +71,31 @@ type Changes interface {
 	// be read while the sandbox cannot write.
 	ChangesPath(id string) string
 }
+
+// QuotaReporter is a Backend that enforces disk limits with accounting
+// that can go wrong, and says whether it is right now.
+type QuotaReporter interface {
+	// QuotaStatus reads the state of disk quota accounting. It is cheap
+	// (a few small reads) and safe to call at any time.
+	QuotaStatus() QuotaStatus
+}
+
+// QuotaStatus is the state of a backend's disk quota accounting. While
+// Enabled and not Consistent, disk limits are not enforced: the backend
+// refuses roots with a limit (errdefs.ErrUnavailable) and repairs the
+// accounting where it can.
+type QuotaStatus struct {
+	// Enabled is true once a root has asked for a limit.
+	Enabled bool `json:"enabled"`
+	// Mode is how bytes are counted: "simple" (each extent charged to
+	// the subvolume that wrote it) or "full" (exact sharing, repaired by
+	// rescans); empty when not Enabled.
+	Mode string `json:"mode,omitempty"`
+	// Consistent is false while the accounting cannot be trusted.
+	Consistent bool `json:"consistent"`
+	// Repairing is true while a rescan is under way.
+	Repairing bool `json:"repairing,omitempty"`
+	// Inconsistencies counts the times the accounting was found
+	// inconsistent since the backend was opened.
+	Inconsistencies int64 `json:"inconsistencies"`
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
+	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/testutil"
 	"github.com/corralrun/corral/internal/wire"
 	corral "github.com/corralrun/corral/sdk"
@@ -82,6 +83,8 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"stats", corral.Stats{}, driver.Stats{}},
 		{"update", corral.UpdateOptions{}, server.UpdateRequest{}},
 		{"version", corral.Version{}, server.VersionInfo{}},
+		{"health", corral.Health{}, server.Health{}},
+		{"disk quota", corral.DiskQuota{}, storage.QuotaStatus{}},
 		{"build options", corral.BuildOptions{}, server.BuildRequest{}},
 		{"process", corral.Process{}, wire.ProcessInfo{}},
 		{"pty size", corral.PTYSize{}, wire.PTYSize{}},

@@ -98,6 +98,15 @@ type Config struct {
 	// ImageSize is the size of the loop image when New creates it;
 	// 0 means DefaultImageSize. An existing image keeps its size.
 	ImageSize int64
+	// QuotaMode is how disk limits are accounted once a root asks for
+	// one: QuotaSimple (the default; full where the kernel lacks simple
+	// quotas) or QuotaFull. Quotas that an earlier daemon enabled in full
+	// mode are switched to simple ones when QuotaMode is QuotaSimple.
+	QuotaMode string
+	// QuotaCheckInterval is how often the accounting's state is checked
+	// and deleted roots' qgroups are removed; 0 means
+	// DefaultQuotaCheckInterval.
+	QuotaCheckInterval time.Duration
 	// Logger receives a few lifecycle messages; nil discards them.
 	Logger *slog.Logger
 }
@@ -123,13 +132,13 @@ type Backend struct {
 	spares       []string
 	sparesMaking int
 
-	quotaMu sync.Mutex
-	quotaOn bool // qgroups known to be enabled
+	quota quota // quota.go
 }
 
 var (
-	_ storage.Backend = (*Backend)(nil)
-	_ storage.Changes = (*Backend)(nil)
+	_ storage.Backend       = (*Backend)(nil)
+	_ storage.Changes       = (*Backend)(nil)
+	_ storage.QuotaReporter = (*Backend)(nil)
 )
 
 // New opens the btrfs storage under cfg.Dir, creating and mounting the
@@ -142,6 +151,9 @@ var (
 func New(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	if cfg.Dir == "" {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "btrfs storage needs a directory")
+	}
+	if err := checkQuotaMode(cfg.QuotaMode); err != nil {
+		return nil, err
 	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
@@ -223,6 +235,9 @@ func New(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	if err := b.layers.Collect(ctx); err != nil {
 		return nil, err
 	}
+	if err := b.openQuota(cfg); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -270,6 +285,7 @@ func (b *Backend) mount(ctx context.Context, size int64) error {
 // before that mounts the same device again. Close is idempotent and must
 // not run concurrently with other methods.
 func (b *Backend) Close() error {
+	b.closeQuota()
 	if b.img == "" {
 		return nil
 	}
@@ -455,6 +471,9 @@ func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts stor
 		if err := b.ensureQuota(); err != nil {
 			return "", fmt.Errorf("enabling disk quotas for %s: %w", id, err)
 		}
+		if err := b.limitedRootAllowed(id); err != nil {
+			return "", err
+		}
 	}
 	took, err := b.takeSpare(id)
 	if !took && err == nil {
@@ -500,13 +519,10 @@ func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts stor
 // that creates took (a snapshot each, about 2 ms); a failure there is
 // logged, not returned, since the root is gone.
 //
-// When quotas are on, the root's qgroup is removed too. The kernel only
-// allows that once its cleaner has dropped the subvolume, so DeleteRoot
-// then commits the filesystem (BTRFS_IOC_SYNC, which wakes the cleaner)
-// and retries for up to two seconds: about 12 ms measured on an idle
-// filesystem, more while sandboxes write. A qgroup that still cannot be
-// removed is logged and left for the kernel, which drops the qgroups of
-// dropped subvolumes itself (since Linux 6.10 or so).
+// When quotas are on, the root's qgroup goes too, but not at once: it is
+// removed in the background once the kernel's cleaner has dropped the
+// subvolume and its counts are back to zero (see quota.go), since removing
+// a qgroup that still counts bytes corrupts full accounting.
 func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 	if err := fsutil.CheckName("root id", id); err != nil {
 		return err
@@ -521,7 +537,7 @@ func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 		return fmt.Errorf("deleting root %s: %w", id, err)
 	}
 	_, statErr := os.Lstat(filepath.Join(b.rootsDir(), id))
-	if err := b.deleteRootSubvol(ctx, b.rootsDir(), id); err != nil {
+	if err := b.deleteRootSubvol(b.rootsDir(), id); err != nil {
 		return fmt.Errorf("deleting root %s: %w", id, err)
 	}
 	if err := b.layers.Collect(ctx); err != nil {
@@ -538,20 +554,19 @@ func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 }
 
 // deleteRootSubvol deletes the subvolume parent/name of a root or a spare
-// and, when quotas are on, its qgroup (see DeleteRoot).
-func (b *Backend) deleteRootSubvol(ctx context.Context, parent, name string) error {
+// and, when quotas are on, hands its qgroup to the quota watcher, which
+// removes it once the kernel has given back every byte it counted
+// (quota.go).
+func (b *Backend) deleteRootSubvol(parent, name string) error {
 	var qgroup uint64
 	if b.quotasEnabled() {
-		if fd, err := openDir(filepath.Join(parent, name)); err == nil {
-			qgroup, _ = subvolID(fd)
-			unix.Close(fd)
-		}
+		qgroup, _ = subvolIDAt(filepath.Join(parent, name))
 	}
 	if err := deleteSubvol(parent, name); err != nil {
 		return err
 	}
 	if qgroup != 0 {
-		b.removeQgroup(ctx, qgroup)
+		b.dropQgroup(qgroup)
 	}
 	return nil
 }
@@ -730,82 +745,6 @@ func (b *Backend) removeTempTemplates() error {
 	return nil
 }
 
-func (b *Backend) qgroupsSysfs() string {
-	return filepath.Join("/sys/fs/btrfs", b.fsid, "qgroups")
-}
-
-// quotasEnabled reports whether qgroup accounting is on: sysfs shows a
-// qgroups directory for the filesystem exactly then.
-func (b *Backend) quotasEnabled() bool {
-	_, err := os.Stat(b.qgroupsSysfs())
-	return err == nil
-}
-
-// ensureQuota enables qgroups the first time a limit is asked for, so a
-// filesystem that never needs a limit never pays for quota accounting.
-func (b *Backend) ensureQuota() error {
-	b.quotaMu.Lock()
-	defer b.quotaMu.Unlock()
-	if b.quotaOn || b.quotasEnabled() {
-		b.quotaOn = true
-		return nil
-	}
-	fd, err := openDir(b.base)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := enableQuota(fd); err != nil {
-		return err
-	}
-	b.quotaOn = true
-	b.log.Info("enabled btrfs quotas", "path", b.base)
-	return nil
-}
-
-// removeQgroup removes qgroup 0/id of a deleted subvolume; see DeleteRoot.
-func (b *Backend) removeQgroup(ctx context.Context, id uint64) {
-	fd, err := openDir(b.base)
-	if err != nil {
-		b.log.Warn("cannot remove qgroup", "qgroup", fmt.Sprintf("0/%d", id), "err", err)
-		return
-	}
-	defer unix.Close(fd)
-	deadline := time.Now().Add(2 * time.Second)
-	synced := false
-	for {
-		err := destroyQgroup(fd, id)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return
-		}
-		if errors.Is(err, unix.EBUSY) && !synced {
-			synced = true
-			if err = syncFS(fd); err == nil {
-				continue
-			}
-		}
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || ctx.Err() != nil {
-			b.log.Warn("leaving qgroup of deleted root to the kernel", "qgroup", fmt.Sprintf("0/%d", id), "err", err)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// limitRoot limits the exclusive bytes of the subvolume at path.
-func limitRoot(path string, bytes uint64) error {
-	fd, err := openDir(path)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	id, err := subvolID(fd)
-	if err != nil {
-		return fmt.Errorf("looking up subvolume id of %s: %w", path, err)
-	}
-	return limitExclusive(fd, id, bytes)
-}
-
 // deleteSubvol deletes the subvolume parent/name and every subvolume
 // nested in it. A missing name is not an error; a plain directory (which
 // no code path creates, but a crash or a human might) is removed as such.
@@ -912,6 +851,20 @@ func openDir(path string) (int, error) {
 		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	return fd, nil
+}
+
+// subvolIDAt returns the ID of the subvolume whose top directory is path.
+func subvolIDAt(path string) (uint64, error) {
+	fd, err := openDir(path)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	id, err := subvolID(fd)
+	if err != nil {
+		return 0, fmt.Errorf("looking up subvolume id of %s: %w", path, err)
+	}
+	return id, nil
 }
 
 func isBtrfs(path string) (bool, error) {

@@ -46,6 +46,10 @@ const (
 	// (_IOR although userspace passes the limit in: the kernel has always
 	// defined it so, and only the number matters.)
 	iocQgroupLimit = iocRead<<30 | unsafe.Sizeof(qgroupLimitArgs{})<<16 | btrfsIoctlMagic<<8 | 43
+	// #define BTRFS_IOC_QUOTA_RESCAN _IOW(BTRFS_IOCTL_MAGIC, 44, struct btrfs_ioctl_quota_rescan_args)
+	iocQuotaRescan = iocWrite<<30 | unsafe.Sizeof(quotaRescanArgs{})<<16 | btrfsIoctlMagic<<8 | 44
+	// #define BTRFS_IOC_QUOTA_RESCAN_STATUS _IOR(BTRFS_IOCTL_MAGIC, 45, struct btrfs_ioctl_quota_rescan_args)
+	iocQuotaRescanStatus = iocRead<<30 | unsafe.Sizeof(quotaRescanArgs{})<<16 | btrfsIoctlMagic<<8 | 45
 	// #define BTRFS_IOC_QUOTA_RESCAN_WAIT _IO(BTRFS_IOCTL_MAGIC, 46)
 	iocQuotaRescanWait = iocNone<<30 | btrfsIoctlMagic<<8 | 46
 	// #define BTRFS_IOC_SNAP_DESTROY_V2 _IOW(BTRFS_IOCTL_MAGIC, 63, struct btrfs_ioctl_vol_args_v2)
@@ -85,7 +89,11 @@ const (
 	// to the subvolume itself.
 	firstFreeObjectID = 256
 	// #define BTRFS_QUOTA_CTL_ENABLE 1
-	quotaCtlEnable = 1
+	// #define BTRFS_QUOTA_CTL_DISABLE 2
+	// #define BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA 4
+	quotaCtlEnable       = 1
+	quotaCtlDisable      = 2
+	quotaCtlEnableSimple = 4
 	// #define BTRFS_QGROUP_LIMIT_MAX_EXCL (1ULL << 1)
 	qgroupLimitMaxExcl = 1 << 1
 )
@@ -150,6 +158,15 @@ type fsInfoArgs struct {
 type quotaCtlArgs struct {
 	cmd    uint64
 	status uint64
+}
+
+// quotaRescanArgs mirrors struct btrfs_ioctl_quota_rescan_args
+// { __u64 flags; __u64 progress; __u64 reserved[6]; }. RESCAN_STATUS sets
+// flags to 1 while a rescan runs.
+type quotaRescanArgs struct {
+	flags    uint64
+	progress uint64
+	reserved [6]uint64
 }
 
 // qgroupCreateArgs mirrors struct btrfs_ioctl_qgroup_create_args
@@ -276,15 +293,48 @@ func fmtUUID(u [16]byte) string {
 	return string(out)
 }
 
-// enableQuota turns qgroup accounting on for the filesystem and waits for
-// the initial rescan. Enabling quotas that are already on is a no-op in
-// the kernel.
-func enableQuota(fd int) error {
+// enableQuota turns qgroup accounting on for the filesystem. Full
+// accounting starts with a rescan of every extent, which it waits for;
+// simple quotas (Linux 6.7 and later; EINVAL before) count only extents
+// written from now on and need no rescan. Enabling quotas that are
+// already on is a no-op in the kernel.
+func enableQuota(fd int, simple bool) error {
 	a := quotaCtlArgs{cmd: quotaCtlEnable}
+	if simple {
+		a.cmd = quotaCtlEnableSimple
+	}
 	if err := ioctl(fd, iocQuotaCtl, unsafe.Pointer(&a)); err != nil {
 		return err
 	}
+	if simple {
+		return nil
+	}
 	return ioctl(fd, iocQuotaRescanWait, nil)
+}
+
+// disableQuota turns qgroup accounting off and drops every qgroup, their
+// limits included.
+func disableQuota(fd int) error {
+	a := quotaCtlArgs{cmd: quotaCtlDisable}
+	return ioctl(fd, iocQuotaCtl, unsafe.Pointer(&a))
+}
+
+// startRescan starts a rescan of full qgroup accounting in the
+// background; the kernel clears the filesystem's inconsistent flag when
+// it completes. It fails with EINPROGRESS while one runs, and with EINVAL
+// under simple quotas, which cannot be rescanned.
+func startRescan(fd int) error {
+	var a quotaRescanArgs
+	return ioctl(fd, iocQuotaRescan, unsafe.Pointer(&a))
+}
+
+// rescanRunning reports whether a qgroup rescan is under way.
+func rescanRunning(fd int) (bool, error) {
+	var a quotaRescanArgs
+	if err := ioctl(fd, iocQuotaRescanStatus, unsafe.Pointer(&a)); err != nil {
+		return false, err
+	}
+	return a.flags != 0, nil
 }
 
 // limitExclusive caps the exclusive bytes of level-0 qgroup 0/subvolid,

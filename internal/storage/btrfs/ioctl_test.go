@@ -25,6 +25,8 @@ func TestIoctlNumbers(t *testing.T) {
 		{"BTRFS_IOC_QUOTA_CTL", iocQuotaCtl, 0xc0109428},
 		{"BTRFS_IOC_QGROUP_CREATE", iocQgroupCreate, 0x4010942a},
 		{"BTRFS_IOC_QGROUP_LIMIT", iocQgroupLimit, 0x8030942b},
+		{"BTRFS_IOC_QUOTA_RESCAN", iocQuotaRescan, 0x4040942c},
+		{"BTRFS_IOC_QUOTA_RESCAN_STATUS", iocQuotaRescanStatus, 0x8040942d},
 		{"BTRFS_IOC_QUOTA_RESCAN_WAIT", iocQuotaRescanWait, 0x942e},
 		{"BTRFS_IOC_SNAP_DESTROY_V2", iocSnapDestroyV2, 0x5000943f},
 	}
@@ -46,6 +48,7 @@ func TestStructSizes(t *testing.T) {
 		{"btrfs_ioctl_fs_info_args", unsafe.Sizeof(fsInfoArgs{}), 1024},
 		{"btrfs_ioctl_quota_ctl_args", unsafe.Sizeof(quotaCtlArgs{}), 16},
 		{"btrfs_ioctl_qgroup_create_args", unsafe.Sizeof(qgroupCreateArgs{}), 16},
+		{"btrfs_ioctl_quota_rescan_args", unsafe.Sizeof(quotaRescanArgs{}), 64},
 		{"btrfs_ioctl_qgroup_limit_args", unsafe.Sizeof(qgroupLimitArgs{}), 48},
 	}
 	for _, tt := range tests {

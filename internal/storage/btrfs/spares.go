@@ -104,7 +104,7 @@ func (b *Backend) fillSpares(ctx context.Context) error {
 	// to try again; its prefix keeps it from being taken.
 	var errs []error
 	for _, n := range stale {
-		if derr := b.deleteRootSubvol(ctx, b.sparesDir(), n); derr != nil {
+		if derr := b.deleteRootSubvol(b.sparesDir(), n); derr != nil {
 			errs = append(errs, derr)
 			b.spareMu.Lock()
 			b.spares = append(b.spares, n)

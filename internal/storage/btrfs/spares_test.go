@@ -3,7 +3,6 @@ package btrfs
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,9 +115,7 @@ func TestSparesOfLowerFloorUnused(t *testing.T) {
 		if slices.Contains(got, id) {
 			t.Errorf("spare %d of the old floor is still there", id)
 		}
-		if _, err := os.Stat(filepath.Join(b.qgroupsSysfs(), fmt.Sprintf("0_%d", id))); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("qgroup 0/%d of a removed spare still exists: %v", id, err)
-		}
+		waitQgroupGone(t, b, id)
 	}
 	prefix := strconv.FormatUint(b.floor, 10) + "-"
 	entries, err := os.ReadDir(b.sparesDir())
