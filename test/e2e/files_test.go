@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -287,6 +288,34 @@ func TestFileAPIEscapes(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(hostDir); len(entries) != 1 {
 		t.Fatalf("host dir has %d entries after download", len(entries))
+	}
+}
+
+// TestFileAPIUnreadableFile downloads a file of a runc sandbox that can
+// never be read (/proc/self/mem fails at offset 0): the answer is a
+// permanent error that a client must not retry, not 503 unavailable, and
+// the sandbox's agent goes on serving.
+func TestFileAPIUnreadableFile(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	sb := d.create(t, corral.CreateOptions{})
+	ctx := t.Context()
+	r, err := d.Client.ReadFile(ctx, sb.ID, "/proc/self/mem")
+	if err == nil {
+		r.Close()
+		t.Fatal("reading /proc/self/mem succeeded")
+	}
+	var e *corral.Error
+	if !errors.As(err, &e) || e.Code != corral.CodeFailedPrecondition || e.Status == http.StatusServiceUnavailable ||
+		e.RetryAfter != 0 || !strings.Contains(e.Message, "reading /proc/self/mem: input/output error") {
+		t.Fatalf("reading /proc/self/mem: %#v, want failed_precondition saying input/output error, without Retry-After", err)
+	}
+	r, err = d.Client.ReadFile(ctx, sb.ID, "/proc/self/status")
+	if err != nil {
+		t.Fatalf("reading after the refusal: %v", err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || !bytes.Contains(b, []byte("Name:")) {
+		t.Fatalf("reading after the refusal: %q, %v", b, err)
 	}
 }
 
