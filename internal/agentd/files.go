@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/untar"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -229,11 +230,15 @@ func writeFile(f *os.File, p string, mode os.FileMode, body io.Reader) (wire.Fil
 	if !fi.Mode().IsRegular() {
 		return wire.FileInfo{}, errorf(errdefs.ErrFailedPrecondition, "writing %s: not a regular file", p)
 	}
-	// Only when it changes: some files can be written but not chmod'ed
-	// (cgroup control files in gVisor, which the gVisor driver writes).
-	const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
-	if fi.Mode()&modeBits != mode&modeBits {
-		if err := f.Chmod(mode); err != nil {
+	// The mode is set in two steps, each only when it changes: some files
+	// can be written but not chmod'ed (cgroup control files in gVisor,
+	// which the gVisor driver writes). The permissions come before the
+	// contents, so that these are never readable more widely than asked;
+	// setuid and setgid after them, as a tar upload sets them
+	// (untar.SetFileMode).
+	early := mode &^ (fs.ModeSetuid | fs.ModeSetgid)
+	if fi.Mode()&untar.ModeBits != early&untar.ModeBits {
+		if err := f.Chmod(early); err != nil {
 			return wire.FileInfo{}, fsError("setting mode of "+p, err)
 		}
 	}
@@ -242,6 +247,14 @@ func writeFile(f *os.File, p string, mode os.FileMode, body io.Reader) (wire.Fil
 	}
 	if fi, err = f.Stat(); err != nil {
 		return wire.FileInfo{}, fsError("writing "+p, err)
+	}
+	if fi.Mode()&untar.ModeBits != mode&untar.ModeBits {
+		if err := untar.SetFileMode(f, mode); err != nil {
+			return wire.FileInfo{}, fsError("setting mode of "+p, err)
+		}
+		if fi, err = f.Stat(); err != nil {
+			return wire.FileInfo{}, fsError("writing "+p, err)
+		}
 	}
 	return fileInfo(p, fi, ""), nil
 }

@@ -319,6 +319,57 @@ func TestFileAPIUnreadableFile(t *testing.T) {
 	}
 }
 
+// TestFileAPIModeBits writes files with setuid, setgid and sticky bits
+// into a runc sandbox (whose agent has no CAP_FSETID over the host, so
+// the kernel clears those bits on its writes) both ways, with a plain
+// write and a tar upload, new and replaced: each file gets the mode asked
+// for, as the API reports it and as the sandbox's own stat sees it.
+func TestFileAPIModeBits(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	sb := d.create(t, corral.CreateOptions{})
+	ctx := t.Context()
+	c := d.Client
+	modes := []struct {
+		name string
+		bits uint32
+		mode fs.FileMode
+	}{
+		{"plain", 0o644, 0o644},
+		{"setuid", 0o4755, 0o755 | fs.ModeSetuid},
+		{"setgid", 0o2755, 0o755 | fs.ModeSetgid},
+		{"both", 0o6750, 0o750 | fs.ModeSetuid | fs.ModeSetgid},
+		{"sticky", 0o1777, 0o777 | fs.ModeSticky},
+	}
+	for _, m := range modes {
+		var archive bytes.Buffer
+		tw := tar.NewWriter(&archive)
+		if err := tw.WriteHeader(&tar.Header{Name: m.name, Typeflag: tar.TypeReg, Mode: int64(m.bits), Size: 2}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte("x\n"))
+		tw.Close()
+		for _, round := range []string{"new", "replaced"} {
+			if _, err := c.WriteFile(ctx, sb.ID, "/plain/"+m.name, strings.NewReader("x\n"), m.mode); err != nil {
+				t.Fatalf("plain write of %s (%s): %v", m.name, round, err)
+			}
+			if err := c.Upload(ctx, sb.ID, "/tar", bytes.NewReader(archive.Bytes())); err != nil {
+				t.Fatalf("tar upload of %s (%s): %v", m.name, round, err)
+			}
+			for _, p := range []string{"/plain/" + m.name, "/tar/" + m.name} {
+				info, err := c.Stat(ctx, sb.ID, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inside, _ := d.execOut(t, sb.ID, "stat -c %a "+p)
+				want := strconv.FormatUint(uint64(m.bits), 8)
+				if info.Mode != m.bits || strings.TrimSpace(inside) != want {
+					t.Errorf("%s (%s): mode %o through the API, %q inside, want %s", p, round, info.Mode, inside, want)
+				}
+			}
+		}
+	}
+}
+
 // TestCpTree copies a directory tree and single files up and back with
 // `corral cp` and compares them, following docker cp's rules.
 func TestCpTree(t *testing.T) {
