@@ -5,11 +5,18 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-PKGS="runc btrfs-progs debootstrap busybox-static util-linux iproute2 ca-certificates curl unzip tmux"
+# Every program the daemon or a test runs comes from one of these (or from
+# Debian's essential set): runc, mkfs.btrfs, debootstrap, busybox, unshare,
+# nft (the network tests read the kernel's rules back), curl, tmux.
+PKGS="runc btrfs-progs debootstrap busybox-static util-linux iproute2 nftables ca-certificates curl unzip tmux"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# The E2B compatibility tests run node and npm. A Node.js installed from
+# elsewhere may bring its own npm (and conflict with Debian's), so Debian's
+# are installed only when there is no npm at all.
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 if [ -n "$missing" ]; then
 	echo "corral: installing Debian packages:$missing" >&2
 	apt-get update -qq

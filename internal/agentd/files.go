@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/untar"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -123,7 +124,9 @@ func (s *Server) fileRequest(r *http.Request) (fileSystem, string, error) {
 }
 
 // handleReadFile serves GET /files: the file's bytes, streamed. Content
-// length is set from the size when it is known (pseudo files report 0).
+// length is set from the size when it is known (pseudo files report 0). A
+// file whose first read fails gets an error response of the errno's kind;
+// a later failure cuts the response short.
 func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	fsys, p, err := s.fileRequest(r)
 	if err != nil {
@@ -150,18 +153,36 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, errorf(errdefs.ErrFailedPrecondition, "reading %s: not a regular file", p))
 		return
 	}
+	// The first read comes before the response starts, so that a file
+	// that cannot be read at all (/proc/self/mem fails at offset 0) gets
+	// its error; a cut connection would look like a lost agent, which is
+	// worth retrying.
+	size := fi.Size()
+	first := make([]byte, min(max(size, 1), 4096))
+	n, err := f.Read(first)
+	if err != nil && err != io.EOF {
+		wire.WriteError(w, fsError("reading "+p, err))
+		return
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	if size > 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
 	// A failed copy after the header cannot be reported as an error; the
 	// connection is cut short of Content-Length (or of the final chunk) so
 	// the client sees an unexpected EOF rather than a truncated file.
-	if size := fi.Size(); size > 0 {
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		if _, err := io.CopyN(w, f, size); err != nil {
-			panic(http.ErrAbortHandler)
-		}
-		return
+	if _, werr := w.Write(first[:n]); werr != nil {
+		panic(http.ErrAbortHandler)
 	}
-	if _, err := io.Copy(w, f); err != nil {
+	switch {
+	case size > 0:
+		_, err = io.CopyN(w, f, size-int64(n))
+	case err == nil:
+		_, err = io.Copy(w, f)
+	default: // an empty file: io.EOF at once
+		err = nil
+	}
+	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
 }
@@ -209,11 +230,15 @@ func writeFile(f *os.File, p string, mode os.FileMode, body io.Reader) (wire.Fil
 	if !fi.Mode().IsRegular() {
 		return wire.FileInfo{}, errorf(errdefs.ErrFailedPrecondition, "writing %s: not a regular file", p)
 	}
-	// Only when it changes: some files can be written but not chmod'ed
-	// (cgroup control files in gVisor, which the gVisor driver writes).
-	const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
-	if fi.Mode()&modeBits != mode&modeBits {
-		if err := f.Chmod(mode); err != nil {
+	// The mode is set in two steps, each only when it changes: some files
+	// can be written but not chmod'ed (cgroup control files in gVisor,
+	// which the gVisor driver writes). The permissions come before the
+	// contents, so that these are never readable more widely than asked;
+	// setuid and setgid after them, as a tar upload sets them
+	// (untar.SetFileMode).
+	early := mode &^ (fs.ModeSetuid | fs.ModeSetgid)
+	if fi.Mode()&untar.ModeBits != early&untar.ModeBits {
+		if err := f.Chmod(early); err != nil {
 			return wire.FileInfo{}, fsError("setting mode of "+p, err)
 		}
 	}
@@ -222,6 +247,14 @@ func writeFile(f *os.File, p string, mode os.FileMode, body io.Reader) (wire.Fil
 	}
 	if fi, err = f.Stat(); err != nil {
 		return wire.FileInfo{}, fsError("writing "+p, err)
+	}
+	if fi.Mode()&untar.ModeBits != mode&untar.ModeBits {
+		if err := untar.SetFileMode(f, mode); err != nil {
+			return wire.FileInfo{}, fsError("setting mode of "+p, err)
+		}
+		if fi, err = f.Stat(); err != nil {
+			return wire.FileInfo{}, fsError("writing "+p, err)
+		}
 	}
 	return fileInfo(p, fi, ""), nil
 }
@@ -523,10 +556,14 @@ func fsError(action string, err error) error {
 			kind = errdefs.ErrAlreadyExists
 		case syscall.EACCES, syscall.EPERM, syscall.EROFS:
 			kind = errdefs.ErrPermissionDenied
+		// EIO: the file cannot be read or written here (a pseudo file
+		// such as /proc/self/mem, a failing disk); trying again does not
+		// help.
 		case syscall.ENOTDIR, syscall.EISDIR, syscall.ENOTEMPTY, syscall.EBUSY,
-			syscall.EXDEV, syscall.ELOOP, syscall.ETXTBSY, syscall.ENXIO:
+			syscall.EXDEV, syscall.ELOOP, syscall.ETXTBSY, syscall.ENXIO,
+			syscall.EIO, syscall.EOPNOTSUPP:
 			kind = errdefs.ErrFailedPrecondition
-		case syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG:
+		case syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG, syscall.EMLINK, syscall.EMFILE, syscall.ENFILE:
 			kind = errdefs.ErrResourceExhausted
 		case syscall.ENAMETOOLONG, syscall.EINVAL:
 			kind = errdefs.ErrInvalidArgument

@@ -386,6 +386,51 @@ func TestFileErrors(t *testing.T) {
 	}
 }
 
+// A file that cannot be read is answered with an error of a kind that says
+// trying again will not help, not with a cut connection (which the client
+// takes for a lost agent, unavailable); pseudo files that can be read
+// still stream. The agent runs without Root, as inside a sandbox, on the
+// real /proc of this process.
+func TestReadUnreadableFile(t *testing.T) {
+	a := startAgentWith(t, agentd.Options{})
+	tests := []struct {
+		name     string
+		path     string
+		wantKind error  // nil: the read succeeds
+		want     string // in the error, or in the content
+	}{
+		{"memory at offset 0", "/proc/self/mem", errdefs.ErrFailedPrecondition, "reading /proc/self/mem: input/output error"},
+		{"pseudo file of size 0", "/proc/self/status", nil, "Name:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc, _, err := a.client.ReadFile(t.Context(), tt.path)
+			if tt.wantKind == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rc.Close()
+				b, err := io.ReadAll(rc)
+				if err != nil || !strings.Contains(string(b), tt.want) {
+					t.Fatalf("read %q, %v; want it to hold %q", b, err, tt.want)
+				}
+				return
+			}
+			if err == nil {
+				rc.Close()
+				t.Fatal("read succeeded")
+			}
+			if !errors.Is(err, tt.wantKind) || errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want kind %v saying %q", err, tt.wantKind, tt.want)
+			}
+		})
+	}
+	// The connection survived the refusal.
+	if got, _ := readAll(t, a.client, "/proc/self/status"); !bytes.Contains(got, []byte("Name:")) {
+		t.Fatalf("read after the refusal: %q", got)
+	}
+}
+
 // A full file system is reported as resource_exhausted.
 func TestWriteFileNoSpace(t *testing.T) {
 	testutil.RequiresRoot(t)

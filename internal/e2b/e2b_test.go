@@ -754,3 +754,42 @@ func TestNetworkOptions(t *testing.T) {
 		})
 	}
 }
+
+// The API key is accepted as a bearer token whatever the case of the
+// scheme (RFC 9110 §11.1), on the control plane and on envd, and so is
+// envd's Basic user.
+func TestAuthSchemeCase(t *testing.T) {
+	e := newEnv(t)
+	for _, tt := range []struct {
+		name, auth string
+		want       int
+	}{
+		{"bearer", "Bearer " + testKey, 200},
+		{"lower case", "bearer " + testKey, 200},
+		{"upper case", "BEARER " + testKey, 200},
+		{"wrong key", "bearer nope", 401},
+		{"another scheme", "Basic " + testKey, 401},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", e.ts.URL+"/v2/sandboxes", nil)
+			req.Header.Set("Authorization", tt.auth)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("control plane: %d, want %d", resp.StatusCode, tt.want)
+			}
+			resp = e.envd("GET", "/health", "", nil, map[string]string{"X-Access-Token": "", "Authorization": tt.auth})
+			if want := map[int]int{200: 204, 401: 401}[tt.want]; resp.StatusCode != want {
+				t.Errorf("envd: %d, want %d", resp.StatusCode, want)
+			}
+		})
+	}
+	for _, auth := range []string{"Basic YWxpY2U6", "basic YWxpY2U6", "BASIC YWxpY2U6"} {
+		if got := userOf(http.Header{"Authorization": {auth}}); got != "alice" {
+			t.Errorf("userOf(%q) = %q, want alice", auth, got)
+		}
+	}
+}

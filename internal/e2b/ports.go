@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/server"
 )
 
 // servePort forwards a request for a sandbox port other than envd's
@@ -30,7 +31,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id, port stri
 	for _, h := range []string{"E2b-Traffic-Access-Token", "X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
 		r.Header.Del(h)
 	}
-	if auth := r.Header.Get("Authorization"); auth == "Bearer "+s.cfg.APIKey {
+	if bearer, ok := server.Credentials(r.Header, "Bearer"); ok && bearer == s.cfg.APIKey {
 		r.Header.Del("Authorization")
 	}
 	s.ports.Forward(w, r, id, n, r.URL.EscapedPath(), "")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/server"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -58,7 +59,7 @@ func (s *Server) rpcMethods() map[string]rpcMethod {
 // base64(user:)"). Empty means the sandbox's default user (root in
 // Corral; E2B's default is "user").
 func userOf(h http.Header) string {
-	auth, ok := strings.CutPrefix(h.Get("Authorization"), "Basic ")
+	auth, ok := server.Credentials(h, "Basic")
 	if !ok {
 		return ""
 	}

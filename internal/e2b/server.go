@@ -246,8 +246,8 @@ func (s *Server) accessToken(id string) string {
 
 func (s *Server) apiKeyOK(r *http.Request) bool {
 	got := r.Header.Get("X-API-Key")
-	if auth := r.Header.Get("Authorization"); got == "" && strings.HasPrefix(auth, "Bearer ") {
-		got = strings.TrimPrefix(auth, "Bearer ")
+	if got == "" {
+		got, _ = server.Credentials(r.Header, "Bearer")
 	}
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1
 }

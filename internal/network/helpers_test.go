@@ -203,9 +203,15 @@ func assertClean(t testing.TB, cfg Config, tableToo bool) {
 	}
 }
 
-// nftList returns `nft list table` output, for failure messages.
-func nftList(cfg Config) string {
-	out, _ := exec.Command("nft", "list", "table", "inet", cfg.Table).CombinedOutput()
+// nftList returns the `nft list table` output of cfg's table, as the
+// kernel holds it; the test fails if the table cannot be listed.
+func nftList(t testing.TB, cfg Config) string {
+	t.Helper()
+	nft := testutil.RequiresBinary(t, "nft")
+	out, err := exec.Command(nft, "list", "table", "inet", cfg.Table).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list table inet %s: %v\n%s", cfg.Table, err, out)
+	}
 	return string(out)
 }
 

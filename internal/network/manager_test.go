@@ -151,8 +151,8 @@ func testSetupTeardown(t *testing.T, spares bool) {
 				if got := fe.ids(); !slices.Contains(got, id) {
 					t.Errorf("egress not attached: %v", got)
 				}
-				if !strings.Contains(nftList(cfg), "sb-"+id+"-fwd") {
-					t.Errorf("no chains:\n%s", nftList(cfg))
+				if !strings.Contains(nftList(t, cfg), "sb-"+id+"-fwd") {
+					t.Errorf("no chains:\n%s", nftList(t, cfg))
 				}
 				if _, err := m.Setup(ctx, id, egress.Policy{Mode: mode}); !errors.Is(err, errdefs.ErrAlreadyExists) {
 					t.Errorf("second Setup: %v, want already exists", err)
@@ -232,8 +232,8 @@ func TestUpdate(t *testing.T) {
 	if err := m.Update(ctx, "a", p); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(nftList(cfg), "dport 8080 accept") || readFwd() != "1" {
-		t.Errorf("update not applied: forwarding %s\n%s", readFwd(), nftList(cfg))
+	if !strings.Contains(nftList(t, cfg), "dport 8080 accept") || readFwd() != "1" {
+		t.Errorf("update not applied: forwarding %s\n%s", readFwd(), nftList(t, cfg))
 	}
 	if got := fe.attached["a"]; len(got.Domains) != 2 {
 		t.Errorf("egress policy not updated: %+v", got)
@@ -519,7 +519,7 @@ func TestTeardownInBackground(t *testing.T) {
 		t.Fatalf("Setup right after Teardown: %v", err)
 	}
 	m.waitReaped()
-	if rules := nftList(cfg); !strings.Contains(rules, "chain "+sandboxChain("again", kindIn)) || !strings.Contains(rules, sb.HostIface) {
+	if rules := nftList(t, cfg); !strings.Contains(rules, "chain "+sandboxChain("again", kindIn)) || !strings.Contains(rules, sb.HostIface) {
 		t.Fatalf("the second setup's chains are gone:\n%s", rules)
 	}
 	if err := m.Teardown(ctx, "again"); err != nil {

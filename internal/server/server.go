@@ -150,8 +150,9 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 	h := withPrincipal(sandbox.APIKeyPrincipal(apiKey), s.mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("X-API-Key")
-		if auth := r.Header.Get("Authorization"); got == "" && strings.HasPrefix(auth, "Bearer ") {
-			got = strings.TrimPrefix(auth, "Bearer ")
+		bearer, _ := Credentials(r.Header, "Bearer")
+		if got == "" {
+			got = bearer
 		}
 		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			wire.WriteError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
@@ -160,11 +161,24 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 		// The key goes no further: a request forwarded to a sandbox's
 		// port must not carry it in.
 		r.Header.Del("X-API-Key")
-		if r.Header.Get("Authorization") == "Bearer "+apiKey {
+		if bearer == apiKey {
 			r.Header.Del("Authorization")
 		}
 		h.ServeHTTP(w, r)
 	}), nil
+}
+
+// Credentials returns the credentials of the request's Authorization
+// header when its scheme is scheme ("Bearer", "Basic"), which is matched
+// regardless of case: "It uses a case-insensitive token to identify the
+// authentication scheme" (RFC 9110 §11.1), and "credentials = auth-scheme
+// [ 1*SP ( token68 / #auth-param ) ]" (§11.4).
+func Credentials(h http.Header, scheme string) (string, bool) {
+	got, creds, ok := strings.Cut(h.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(got, scheme) {
+		return "", false
+	}
+	return strings.TrimLeft(creds, " "), true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

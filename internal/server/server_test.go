@@ -221,4 +221,64 @@ func TestAuth(t *testing.T) {
 	if _, err := New(Config{}).AuthHandler(""); err == nil {
 		t.Fatal("AuthHandler accepted an empty key")
 	}
+	// The scheme of the Authorization header is matched regardless of
+	// case; the key is not.
+	for _, tt := range []struct {
+		name, header, value string
+		want                int
+	}{
+		{"bearer", "Authorization", "Bearer k3y", http.StatusOK},
+		{"lower-case scheme", "Authorization", "bearer k3y", http.StatusOK},
+		{"upper-case scheme", "Authorization", "BEARER k3y", http.StatusOK},
+		{"two spaces", "Authorization", "Bearer  k3y", http.StatusOK},
+		{"x-api-key", "X-API-Key", "k3y", http.StatusOK},
+		{"wrong key, lower-case scheme", "Authorization", "bearer nope", http.StatusUnauthorized},
+		{"key of another case", "Authorization", "Bearer K3Y", http.StatusUnauthorized},
+		{"another scheme", "Authorization", "Basic k3y", http.StatusUnauthorized},
+		{"no space", "Authorization", "Bearerk3y", http.StatusUnauthorized},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/v1/sandboxes", nil)
+			req.Header.Set(tt.header, tt.value)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, b)
+			}
+		})
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	tests := []struct {
+		name, auth, scheme string
+		want               string
+		ok                 bool
+	}{
+		{"bearer", "Bearer tok", "Bearer", "tok", true},
+		{"lower case", "bearer tok", "Bearer", "tok", true},
+		{"mixed case", "bEaReR tok", "Bearer", "tok", true},
+		{"several spaces", "Bearer   tok", "Bearer", "tok", true},
+		{"basic", "basic dTo=", "Basic", "dTo=", true},
+		{"other scheme", "Basic dTo=", "Bearer", "", false},
+		{"scheme only", "Bearer", "Bearer", "", false},
+		{"longer scheme", "Bearers tok", "Bearer", "", false},
+		{"no header", "", "Bearer", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			if tt.auth != "" {
+				h.Set("Authorization", tt.auth)
+			}
+			got, ok := Credentials(h, tt.scheme)
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("Credentials(%q, %q) = %q, %v; want %q, %v", tt.auth, tt.scheme, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
 }

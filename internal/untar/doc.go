@@ -5,7 +5,8 @@
 // archive importers share: name cleaning, replacing what is already there,
 // ownership, modes (setuid, setgid, sticky included), times, directory
 // modes applied after their contents, refusing sparse files, and errors
-// that wrap errdefs.ErrInvalidArgument when the archive is at fault.
+// that wrap errdefs.ErrInvalidArgument when the archive is at fault. The
+// agent's plain file writes set modes with the same SetFileMode.
 //
 // It does not read the stream, decompress it or know about image layers:
 // callers (internal/template's ExtractTar, internal/image's layer applier)

@@ -254,7 +254,7 @@ func (w *Writer) file(ctx context.Context, name string, hdr *tar.Header, r io.Re
 }
 
 // fill copies the entry's contents into f and sets owner and mode through
-// the open descriptor. Owner comes first because chown clears setuid bits.
+// the open descriptor, owner first (see SetFileMode).
 func (w *Writer) fill(ctx context.Context, f *os.File, hdr *tar.Header, r io.Reader) error {
 	if err := copyChunks(ctx, f, r, w.buf); err != nil {
 		return err
@@ -264,7 +264,20 @@ func (w *Writer) fill(ctx context.Context, f *os.File, hdr *tar.Header, r io.Rea
 			return err
 		}
 	}
-	return f.Chmod(mode(hdr))
+	return SetFileMode(f, mode(hdr))
+}
+
+// ModeBits are the bits of a file's mode that an archive entry or a file
+// write sets: permissions, setuid, setgid and sticky.
+const ModeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+
+// SetFileMode gives the regular file f exactly the ModeBits of m, setuid
+// and setgid included, as tar does. It must come after the last write to
+// f and after its chown: the kernel clears setuid and setgid on a chown,
+// and on a write by a process without CAP_FSETID over the host, which is
+// every process of a sandbox with a user namespace of its own.
+func SetFileMode(f *os.File, m fs.FileMode) error {
+	return f.Chmod(m & ModeBits)
 }
 
 func (w *Writer) symlink(name string, hdr *tar.Header) error {
@@ -337,9 +350,9 @@ func escapingLink(root *os.Root, p string) (link, target string, ok bool) {
 	return "", "", false
 }
 
-// mode is the entry's permission bits including setuid, setgid and sticky.
+// mode is the entry's ModeBits.
 func mode(hdr *tar.Header) fs.FileMode {
-	return hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	return hdr.FileInfo().Mode() & ModeBits
 }
 
 func atime(hdr *tar.Header) time.Time {

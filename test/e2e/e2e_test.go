@@ -456,6 +456,8 @@ func TestTCPNeedsKey(t *testing.T) {
 		{"no key", "", "", 401},
 		{"wrong key", "Authorization", "Bearer nope", 401},
 		{"bearer", "Authorization", "Bearer secret", 200},
+		{"lower-case bearer", "Authorization", "bearer secret", 200},
+		{"wrong key, lower-case bearer", "Authorization", "bearer nope", 401},
 		{"x-api-key", "X-API-Key", "secret", 200},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -287,6 +288,85 @@ func TestFileAPIEscapes(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(hostDir); len(entries) != 1 {
 		t.Fatalf("host dir has %d entries after download", len(entries))
+	}
+}
+
+// TestFileAPIUnreadableFile downloads a file of a runc sandbox that can
+// never be read (/proc/self/mem fails at offset 0): the answer is a
+// permanent error that a client must not retry, not 503 unavailable, and
+// the sandbox's agent goes on serving.
+func TestFileAPIUnreadableFile(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	sb := d.create(t, corral.CreateOptions{})
+	ctx := t.Context()
+	r, err := d.Client.ReadFile(ctx, sb.ID, "/proc/self/mem")
+	if err == nil {
+		r.Close()
+		t.Fatal("reading /proc/self/mem succeeded")
+	}
+	var e *corral.Error
+	if !errors.As(err, &e) || e.Code != corral.CodeFailedPrecondition || e.Status == http.StatusServiceUnavailable ||
+		e.RetryAfter != 0 || !strings.Contains(e.Message, "reading /proc/self/mem: input/output error") {
+		t.Fatalf("reading /proc/self/mem: %#v, want failed_precondition saying input/output error, without Retry-After", err)
+	}
+	r, err = d.Client.ReadFile(ctx, sb.ID, "/proc/self/status")
+	if err != nil {
+		t.Fatalf("reading after the refusal: %v", err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || !bytes.Contains(b, []byte("Name:")) {
+		t.Fatalf("reading after the refusal: %q, %v", b, err)
+	}
+}
+
+// TestFileAPIModeBits writes files with setuid, setgid and sticky bits
+// into a runc sandbox (whose agent has no CAP_FSETID over the host, so
+// the kernel clears those bits on its writes) both ways, with a plain
+// write and a tar upload, new and replaced: each file gets the mode asked
+// for, as the API reports it and as the sandbox's own stat sees it.
+func TestFileAPIModeBits(t *testing.T) {
+	d := startDaemon(t, e2eStorage)
+	sb := d.create(t, corral.CreateOptions{})
+	ctx := t.Context()
+	c := d.Client
+	modes := []struct {
+		name string
+		bits uint32
+		mode fs.FileMode
+	}{
+		{"plain", 0o644, 0o644},
+		{"setuid", 0o4755, 0o755 | fs.ModeSetuid},
+		{"setgid", 0o2755, 0o755 | fs.ModeSetgid},
+		{"both", 0o6750, 0o750 | fs.ModeSetuid | fs.ModeSetgid},
+		{"sticky", 0o1777, 0o777 | fs.ModeSticky},
+	}
+	for _, m := range modes {
+		var archive bytes.Buffer
+		tw := tar.NewWriter(&archive)
+		if err := tw.WriteHeader(&tar.Header{Name: m.name, Typeflag: tar.TypeReg, Mode: int64(m.bits), Size: 2}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte("x\n"))
+		tw.Close()
+		for _, round := range []string{"new", "replaced"} {
+			if _, err := c.WriteFile(ctx, sb.ID, "/plain/"+m.name, strings.NewReader("x\n"), m.mode); err != nil {
+				t.Fatalf("plain write of %s (%s): %v", m.name, round, err)
+			}
+			if err := c.Upload(ctx, sb.ID, "/tar", bytes.NewReader(archive.Bytes())); err != nil {
+				t.Fatalf("tar upload of %s (%s): %v", m.name, round, err)
+			}
+			for _, p := range []string{"/plain/" + m.name, "/tar/" + m.name} {
+				info, err := c.Stat(ctx, sb.ID, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inside, _ := d.execOut(t, sb.ID, "stat -c %a "+p)
+				want := strconv.FormatUint(uint64(m.bits), 8)
+				if info.Mode != m.bits || strings.TrimSpace(inside) != want {
+					t.Errorf("%s (%s): mode %o through the API, %q inside, want %s", p, round, info.Mode, inside, want)
+				}
+			}
+		}
 	}
 }
 

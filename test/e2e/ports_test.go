@@ -122,6 +122,10 @@ func TestPorts(t *testing.T) {
 			if status, body, err := get(noKey, 8000, ""); err != nil || status != 401 || strings.Contains(body, "sandbox server") {
 				t.Errorf("GET over TCP without the key: %d %q %v; want 401", status, body, err)
 			}
+			// The scheme is matched regardless of case (RFC 9110 §11.1).
+			if status, body, err := get(noKey, 8000, "", "Authorization", "bearer portkey"); err != nil || status != 200 || !strings.Contains(body, "auth=\n") {
+				t.Errorf("GET over TCP with a lower-case bearer scheme: %d %q %v; want 200 and the key removed", status, body, err)
+			}
 
 			// A server bound to loopback only.
 			if status, body := waitListening(8001, ""); status != 200 || body != "loopback-page\n" {
@@ -134,14 +138,15 @@ func TestPorts(t *testing.T) {
 
 			// The E2B facade routes <port>-<id>.<domain> hosts to the port,
 			// with a credential.
-			for _, key := range []string{"portkey", ""} {
+			for _, cred := range []struct{ header, value string }{{"X-API-Key", "portkey"}, {"Authorization", "bearer portkey"}, {}} {
+				key := cred.value
 				req, err := http.NewRequestWithContext(ctx, "GET", "http://"+e2bAddr+"/via-e2b", nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				req.Host = "8000-" + sb.ID + ".e2b.test"
 				if key != "" {
-					req.Header.Set("X-API-Key", key)
+					req.Header.Set(cred.header, key)
 				}
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -150,7 +155,7 @@ func TestPorts(t *testing.T) {
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if key != "" && (resp.StatusCode != 200 || !strings.Contains(string(b), "GET /via-e2b host=localhost:8000 auth=\n")) {
-					t.Errorf("E2B host routing: %d %q", resp.StatusCode, b)
+					t.Errorf("E2B host routing with %s: %d %q", cred.header, resp.StatusCode, b)
 				}
 				if key == "" && resp.StatusCode != 401 {
 					t.Errorf("E2B host routing without a credential: %d %q; want 401", resp.StatusCode, b)

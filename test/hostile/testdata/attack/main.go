@@ -8,7 +8,8 @@
 //
 //	attack probes [daemon-pid]   every system-call probe
 //	attack unshare user|mount|net  one unshare (probes runs it in a child)
-//	attack compat i386|x32       one getpid through another ABI (probes runs it in a child)
+//	attack abis                  getpid through each compat ABI (also outside a sandbox)
+//	attack compat i386|x32       one getpid through another ABI (abis runs it in a child)
 //	attack fork N                start N sleeping children
 //	attack alloc MiB             allocate and touch memory
 //	attack inotify N             create N inotify instances, hold them
@@ -56,8 +57,10 @@ func main() {
 	}
 	// Some probes would change the machine if they succeeded outside a
 	// container (the hostname, Ctrl-Alt-Del): refuse to run unless the
-	// caller says this is a sandbox.
-	if os.Getenv("CORRAL_ATTACK_SANDBOXED") != "1" {
+	// caller says this is a sandbox. The ABI probes only call getpid, and
+	// run on the host too, to learn what its kernel offers.
+	harmless := os.Args[1] == "abis" || os.Args[1] == "compat"
+	if os.Getenv("CORRAL_ATTACK_SANDBOXED") != "1" && !harmless {
 		fmt.Fprintln(os.Stderr, "attack: refusing to run outside a sandbox (set CORRAL_ATTACK_SANDBOXED=1)")
 		os.Exit(2)
 	}
@@ -89,6 +92,8 @@ func main() {
 		report("tcp "+args[0], err)
 	case "sleep":
 		time.Sleep(time.Hour)
+	case "abis":
+		abiProbes()
 	case "compat":
 		compatCall(args[0])
 	case "unshare":
@@ -168,11 +173,7 @@ func probes(args []string) {
 		}
 		fmt.Print(string(out))
 	}
-	// The compat ABIs: i386 through int 0x80, x32 through syscall with
-	// the x32 bit set.
-	for _, abi := range []string{"i386", "x32"} {
-		report(abi+"-abi", compatProbe(abi))
-	}
+	abiProbes()
 	cmd := exec.Command("/proc/self/exe", "fork", "0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
 	report("clone-newuser", cmd.Run())
@@ -379,6 +380,14 @@ func find(secret string, roots []string) {
 		}
 	}
 	fmt.Println("found total", found)
+}
+
+// abiProbes makes getpid through each compat ABI: i386 through int 0x80,
+// x32 through syscall with the x32 bit set.
+func abiProbes() {
+	for _, abi := range []string{"i386", "x32"} {
+		report(abi+"-abi", compatProbe(abi))
+	}
 }
 
 // compatProbe runs `attack compat abi` in a child and reports how its
