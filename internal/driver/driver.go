@@ -60,9 +60,14 @@ type Resources struct {
 	MilliCPUs int64
 	// MemoryBytes is the memory limit; swap is disabled.
 	MemoryBytes int64
-	// Pids is the maximum number of tasks (processes and threads).
+	// Pids is the maximum number of tasks (processes and threads), at
+	// most MaxPids.
 	Pids int64
 }
+
+// MaxPids is the largest pids limit a cgroup takes: Linux's PID_MAX_LIMIT
+// on 64-bit hosts, 4194304 (pids.max refuses more with EINVAL).
+const MaxPids = 4 << 20
 
 // Status is what the driver knows of an instance's state on the host.
 type Status string
@@ -134,7 +139,9 @@ type Pauser interface {
 	Resume(ctx context.Context, id string) error
 }
 
-// Updater changes the limits of a running instance.
+// Updater changes the limits of a running instance, all or nothing: when
+// the host refuses one limit, those set before it get their old values
+// back, and the error says so if they could not.
 type Updater interface {
 	Update(ctx context.Context, id string, r Resources) error
 }

@@ -107,11 +107,11 @@ func (c *call) decode(m request) error {
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
 	m, ok := s.rpcs[r.URL.Path]
 	if !ok {
-		writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s is not implemented by Corral", strings.TrimPrefix(r.URL.Path, "/")))
+		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s is not implemented by Corral", strings.TrimPrefix(r.URL.Path, "/")))
 		return
 	}
 	if r.Method != http.MethodPost {
-		writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s: only POST is supported, not %s", strings.TrimPrefix(r.URL.Path, "/"), r.Method))
+		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s: only POST is supported, not %s", strings.TrimPrefix(r.URL.Path, "/"), r.Method))
 		return
 	}
 	streaming, cdc, err := contentType(r.Header.Get("Content-Type"))
@@ -121,7 +121,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	if streaming != (m.kind != unary) {
-		writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "envd method %s: content type %s does not fit a %s method",
+		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "envd method %s: content type %s does not fit a %s method",
 			strings.TrimPrefix(r.URL.Path, "/"), r.Header.Get("Content-Type"), map[bool]string{true: "streaming", false: "unary"}[m.kind != unary]))
 		return
 	}
@@ -129,7 +129,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
 	if v := r.Header.Get("Connect-Timeout-Ms"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 {
-			writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid Connect-Timeout-Ms %q", v))
+			s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid Connect-Timeout-Ms %q", v))
 			return
 		}
 		var cancel context.CancelFunc
@@ -146,18 +146,18 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
 	case unary:
 		body, err := readUnary(r)
 		if err != nil {
-			writeRPCError(w, r, err)
+			s.writeRPCError(w, r, err)
 			return
 		}
 		c.body = body
 		resp, err := m.unary(ctx, c)
 		if err != nil {
-			writeRPCError(w, r, err)
+			s.writeRPCError(w, r, err)
 			return
 		}
 		data, err := cdc.encode(resp)
 		if err != nil {
-			writeRPCError(w, r, fmt.Errorf("encoding response: %w", err))
+			s.writeRPCError(w, r, fmt.Errorf("encoding response: %w", err))
 			return
 		}
 		w.Header().Set("Content-Type", "application/"+cdc.name())
@@ -174,7 +174,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
 			c.body = body
 			err = closedCause(ctx, m.stream(ctx, c, out))
 		}
-		out.finish(err)
+		out.finish(s.redact(r, err))
 	case clientStream:
 		out := newStream(w, cdc)
 		in := envelopeReader{r: r.Body, compressed: r.Header.Get("Connect-Content-Encoding")}
@@ -191,7 +191,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
 		if err == nil {
 			err = out.send(resp)
 		}
-		out.finish(closedCause(ctx, err))
+		out.finish(s.redact(r, closedCause(ctx, err)))
 	}
 }
 
@@ -463,8 +463,9 @@ func connectStatus(code string) int {
 }
 
 // writeRPCError answers a call that fails before it is dispatched, in the
-// form its content type expects.
-func writeRPCError(w http.ResponseWriter, r *http.Request, err error) {
+// form its content type expects, with what its client may see of err.
+func (s *Server) writeRPCError(w http.ResponseWriter, r *http.Request, err error) {
+	err = s.redact(r, err)
 	if streaming, c, cerr := contentType(r.Header.Get("Content-Type")); cerr == nil && streaming {
 		newStream(w, c).finish(err)
 		return

@@ -77,12 +77,12 @@ func (s *Server) routeControl() {
 		"/secrets/":                   "secrets are not supported by Corral's E2B API",
 	}
 	for pattern, msg := range unsupported {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, _ *http.Request) {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrNotImplemented, "%s", msg))
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "%s", msg))
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrNotFound, "no E2B API route for %s %s", r.Method, r.URL.Path))
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no E2B API route for %s %s", r.Method, r.URL.Path))
 	})
 }
 
@@ -122,8 +122,6 @@ func (n newSandbox) check() error {
 	switch {
 	case n.TemplateID == "":
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "templateID is required: name a Corral template")
-	case n.Timeout != nil && *n.Timeout < 0:
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
 	case n.AutoResume != nil && n.AutoResume.Enabled:
 		return notSupported("autoResume", "a paused sandbox is resumed by connecting to it (Sandbox.connect), not by traffic")
 	case n.Network != nil && len(n.Network.Rules) > 0:
@@ -266,16 +264,28 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
-func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
+// seconds converts a timeout in seconds, checked against the range of
+// Corral's timeouts (sandbox.RangeTimeout); nil stays nil.
+func seconds(v *int64) (*time.Duration, error) {
+	if v == nil {
+		return nil, nil
+	}
+	n, err := sandbox.RangeTimeout.Convert(*v)
+	if err != nil {
+		return nil, err
+	}
+	d := time.Duration(n)
+	return &d, nil
+}
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	var req newSandbox
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if err := req.check(); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
@@ -286,7 +296,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if p, ok, err := req.policy(); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	} else if ok {
 		spec.Network = p
@@ -294,15 +304,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if req.AutoPause != nil && *req.AutoPause {
 		spec.OnDeadline = sandbox.ActionPause // lifecycle.onTimeout "pause"
 	}
-	if req.Timeout != nil {
-		// Corral reads 0 as "no deadline" (allowed when the server has no
-		// maximum); E2B has no such value.
-		d := seconds(*req.Timeout)
-		spec.Timeout = &d
+	// Corral reads 0 as "no deadline" (allowed when the server has no
+	// maximum); E2B has no such value.
+	timeout, err := seconds(req.Timeout)
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
 	}
+	spec.Timeout = timeout
 	sb, err := s.m.Create(sandbox.WithPrincipal(r.Context(), sandbox.APIKeyPrincipal(s.cfg.APIKey)), spec)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	s.log.Info("e2b sandbox created", "sandbox_id", sb.ID, "template", sb.Template)
@@ -312,7 +324,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.PathValue("id"))
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.info(sb, true, true))
@@ -322,7 +334,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listRunning(w http.ResponseWriter, r *http.Request) {
 	md, err := metadataQuery(r.URL.Query().Get("metadata"))
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	out := []sandboxInfo{}
@@ -339,7 +351,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	md, err := metadataQuery(q.Get("metadata"))
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	var states []sandbox.State
@@ -347,7 +359,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		for _, name := range strings.Split(v, ",") {
 			st, err := sandbox.ParseState(strings.TrimSpace(name))
 			if err != nil {
-				writeAPIError(w, err)
+				s.writeAPIError(w, r, err)
 				return
 			}
 			states = append(states, st)
@@ -356,14 +368,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	var after time.Time
 	if v := q.Get("startedAfter"); v != "" {
 		if after, err = time.Parse(time.RFC3339, v); err != nil {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid startedAfter %q: want RFC 3339", v))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid startedAfter %q: want RFC 3339", v))
 			return
 		}
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid limit %q: want 1 to 100", v))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid limit %q: want 1 to 100", v))
 			return
 		}
 	}
@@ -382,7 +394,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if tok := q.Get("nextToken"); tok != "" {
 		i := slices.IndexFunc(match, func(sb sandbox.Sandbox) bool { return sb.ID == tok })
 		if i < 0 {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid nextToken %q: the sandbox it names is gone; list again from the start", tok))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid nextToken %q: the sandbox it names is gone; list again from the start", tok))
 			return
 		}
 		match = match[i+1:]
@@ -423,7 +435,7 @@ func metadataQuery(v string) (map[string]string, error) {
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := s.m.Delete(r.Context(), id); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	s.log.Info("e2b sandbox killed", "sandbox_id", id)
@@ -437,15 +449,20 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		Timeout *int64 `json:"timeout"`
 	}
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
-	if req.Timeout == nil || *req.Timeout < 0 {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds, >= 0) is required"))
+	if req.Timeout == nil {
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds, >= 0) is required"))
 		return
 	}
-	if _, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), seconds(*req.Timeout)); err != nil {
-		writeAPIError(w, err)
+	d, err := seconds(req.Timeout)
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	if _, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), *d); err != nil {
+		s.writeAPIError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -472,15 +489,15 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 		Duration int64 `json:"duration"`
 	}
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if req.Duration < 0 || req.Duration > 3600 {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "duration must be 0 to 3600 seconds"))
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "duration must be 0 to 3600 seconds"))
 		return
 	}
-	if err := s.extend(r.Context(), r.PathValue("id"), seconds(req.Duration)); err != nil {
-		writeAPIError(w, err)
+	if err := s.extend(r.Context(), r.PathValue("id"), time.Duration(req.Duration)*time.Second); err != nil {
+		s.writeAPIError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -491,15 +508,15 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	p, ok := any(s.m).(pauser)
 	if !ok {
 		if _, err := s.m.Get(id); err != nil {
-			writeAPIError(w, err)
+			s.writeAPIError(w, r, err)
 			return
 		}
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrNotImplemented,
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented,
 			"pausing sandboxes is not supported by this Corral daemon yet: sandbox %s keeps running; extend its life with setTimeout", id))
 		return
 	}
 	if _, err := p.Pause(r.Context(), id); err != nil {
-		writeAPIError(w, err) // already paused: failed_precondition, 409, which the SDK reads as "was paused"
+		s.writeAPIError(w, r, err) // already paused: failed_precondition, 409, which the SDK reads as "was paused"
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -520,15 +537,19 @@ func (s *Server) resumeIfPaused(ctx context.Context, sb sandbox.Sandbox) (sandbo
 
 // resumeRequest reads the body of connect and resume, {"timeout":
 // seconds} with the timeout optional, and the sandbox they name.
-func (s *Server) resumeRequest(r *http.Request) (sandbox.Sandbox, *int64, error) {
+func (s *Server) resumeRequest(r *http.Request) (sandbox.Sandbox, *time.Duration, error) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
 	}
 	if err := decodeBody(r, &req); err != nil {
 		return sandbox.Sandbox{}, nil, err
 	}
+	timeout, err := seconds(req.Timeout)
+	if err != nil {
+		return sandbox.Sandbox{}, nil, err
+	}
 	sb, err := s.m.Get(r.PathValue("id"))
-	return sb, req.Timeout, err
+	return sb, timeout, err
 }
 
 // connect resumes a paused sandbox and extends (never shortens) its
@@ -537,21 +558,21 @@ func (s *Server) resumeRequest(r *http.Request) (sandbox.Sandbox, *int64, error)
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	sb, timeout, err := s.resumeRequest(r)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	sb, resumed, err := s.resumeIfPaused(r.Context(), sb)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if sb.State != sandbox.StateRunning {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be connected to", sb.ID, sb.State))
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be connected to", sb.ID, sb.State))
 		return
 	}
 	if timeout != nil {
-		if err := s.extend(r.Context(), sb.ID, seconds(*timeout)); err != nil {
-			writeAPIError(w, err)
+		if err := s.extend(r.Context(), sb.ID, *timeout); err != nil {
+			s.writeAPIError(w, r, err)
 			return
 		}
 	}
@@ -566,20 +587,20 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	sb, timeout, err := s.resumeRequest(r)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if sb.State != sandbox.StatePaused {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not paused", sb.ID, sb.State))
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not paused", sb.ID, sb.State))
 		return
 	}
 	if sb, _, err = s.resumeIfPaused(r.Context(), sb); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if timeout != nil {
-		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, seconds(*timeout)); err != nil {
-			writeAPIError(w, err)
+		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, *timeout); err != nil {
+			s.writeAPIError(w, r, err)
 			return
 		}
 	}
@@ -623,7 +644,7 @@ func (s *Server) metricOf(ctx context.Context, id string) (metric, error) {
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	m, err := s.metricOf(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, []metric{m})
@@ -676,7 +697,7 @@ func (s *Server) templates(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
 	t, err := s.m.Template(r.PathValue("alias"))
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
@@ -692,12 +713,12 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		networkConfig
 	}
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	n := newSandbox{TemplateID: "-", AllowInternetAccess: req.AllowInternetAccess, Network: &req.networkConfig}
 	if err := n.check(); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	p, ok, err := n.policy()
@@ -705,11 +726,11 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "a network update names allow_internet_access, allowOut or denyOut")
 	}
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if _, err := s.m.UpdateNetwork(r.Context(), r.PathValue("id"), p); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -791,5 +792,33 @@ func TestAuthSchemeCase(t *testing.T) {
 		if got := userOf(http.Header{"Authorization": {auth}}); got != "alice" {
 			t.Errorf("userOf(%q) = %q, want alice", auth, got)
 		}
+	}
+}
+
+// TestTimeoutsOutOfRange: every timeout of the control plane is checked
+// against Corral's range before it becomes a duration, where the largest
+// would overflow.
+func TestTimeoutsOutOfRange(t *testing.T) {
+	e := newEnv(t)
+	const huge = "9223372036854775807"
+	before, _ := e.m.Get(e.id)
+	for _, tt := range []struct{ path, body string }{
+		{"/sandboxes", `{"templateID":"bb","timeout":` + huge + `}`},
+		{"/sandboxes", `{"templateID":"bb","timeout":-1}`},
+		{"/sandboxes/" + e.id + "/timeout", `{"timeout":` + huge + `}`},
+		{"/sandboxes/" + e.id + "/timeout", `{"timeout":-1}`},
+		{"/v2/sandboxes/" + e.id + "/connect", `{"timeout":` + huge + `}`},
+		{"/sandboxes/" + e.id + "/fork", `{"timeout":` + huge + `}`},
+	} {
+		var out map[string]any
+		if code := e.api("POST", tt.path, tt.body, &out); code != 400 || !strings.Contains(fmt.Sprint(out["message"]), "timeout must be from 0 to") {
+			t.Errorf("POST %s %s: %d %v; want 400 naming the timeout's range", tt.path, tt.body, code, out)
+		}
+	}
+	if after, _ := e.m.Get(e.id); !after.Deadline.Equal(before.Deadline) {
+		t.Errorf("refused timeouts moved the deadline: %v -> %v", before.Deadline, after.Deadline)
+	}
+	if list := e.m.List(sandbox.Filter{}); len(list) != 1 {
+		t.Errorf("%d sandboxes after refused creates and forks, want 1", len(list))
 	}
 }

@@ -39,13 +39,13 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, id string) {
 	if sig := q.Get("signature"); sig != "" && !s.envdAuthOK(r, id) {
 		op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
 		if err := s.checkSignature(id, q.Get("path"), op, user, sig, q.Get("signature_expiration")); err != nil {
-			writeAPIError(w, err)
+			s.writeAPIError(w, r, err)
 			return
 		}
 	}
 	cl, err := s.agent(id)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	switch r.Method {
@@ -53,7 +53,7 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, id string) {
 		p := resolvePath(q.Get("path"), user)
 		rc, size, err := cl.ReadFile(r.Context(), p)
 		if err != nil {
-			writeAPIError(w, err)
+			s.writeAPIError(w, r, err)
 			return
 		}
 		defer rc.Close()
@@ -72,15 +72,15 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, id string) {
 		entries, err := upload(r, cl)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrResourceExhausted) {
-				writeJSON(w, http.StatusInsufficientStorage, apiError{Code: http.StatusInsufficientStorage, Message: err.Error()})
+				writeJSON(w, http.StatusInsufficientStorage, apiError{Code: http.StatusInsufficientStorage, Message: s.redact(r, err).Error()})
 				return
 			}
-			writeAPIError(w, err)
+			s.writeAPIError(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, entries)
 	default:
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "method %s is not allowed on /files (use GET or POST)", r.Method))
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "method %s is not allowed on /files (use GET or POST)", r.Method))
 	}
 }
 

@@ -19,12 +19,12 @@ import (
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id, port string) {
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 1 || n > 65535 {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "port %q: want a number from 1 to 65535", port))
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "port %q: want a number from 1 to 65535", port))
 		return
 	}
 	tok := r.Header.Get("E2b-Traffic-Access-Token")
 	if !s.envdAuthOK(r, id) && (tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1) {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrUnauthenticated,
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated,
 			"missing or invalid credential for port %d of sandbox %s: send E2b-Traffic-Access-Token (the sandbox's access token) or X-API-Key", n, id))
 		return
 	}

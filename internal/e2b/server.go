@@ -70,7 +70,7 @@ func New(cfg Config) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.watchers = newWatcherSet(s)
-	s.ports = server.NewPortProxy(cfg.Manager, writeAPIError)
+	s.ports = server.NewPortProxy(cfg.Manager, s.writeAPIError)
 	s.routeControl()
 	s.rpcs = s.rpcMethods()
 	return s
@@ -95,7 +95,7 @@ func (s *Server) Close() error {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.APIKey == "" {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "the E2B API is disabled: the daemon has no API key"))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "the E2B API is disabled: the daemon has no API key"))
 			return
 		}
 		if id, port := sandboxOf(r); id != "" {
@@ -103,12 +103,12 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		if isRPCPath(r.URL.Path) {
-			writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument,
+			s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"no sandbox named: envd requests need the E2b-Sandbox-Id header (set E2B_SANDBOX_URL to this server)"))
 			return
 		}
 		if !s.apiKeyOK(r) {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key: send the daemon's API key as X-API-Key (E2B_API_KEY)"))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key: send the daemon's API key as X-API-Key (E2B_API_KEY)"))
 			return
 		}
 		s.control.ServeHTTP(w, r)
@@ -141,10 +141,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 	rpc := isRPCPath(r.URL.Path)
 	fail := func(err error) {
 		if rpc {
-			writeRPCError(w, r, err)
+			s.writeRPCError(w, r, err)
 			return
 		}
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 	}
 	if port != envdPort {
 		s.servePort(w, r, id, port)
@@ -162,9 +162,9 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 	case r.URL.Path == "/files":
 		s.files(w, r, id)
 	case r.URL.Path == "/health":
-		s.envdHealth(w, id)
+		s.envdHealth(w, r, id)
 	case r.URL.Path == "/envs" && r.Method == http.MethodGet:
-		s.envs(w, id)
+		s.envs(w, r, id)
 	default:
 		fail(errdefs.Errorf(errdefs.ErrNotFound, "envd route %s %s is not implemented by Corral", r.Method, r.URL.Path))
 	}
@@ -172,23 +172,23 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 
 // envdHealth answers 204 while the sandbox runs and 502 otherwise, which
 // is how the SDK's isRunning tells a live sandbox from a gone one.
-func (s *Server) envdHealth(w http.ResponseWriter, id string) {
+func (s *Server) envdHealth(w http.ResponseWriter, r *http.Request, id string) {
 	if _, err := s.agent(id); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // envs answers envd's GET /envs: the sandbox's environment variables.
-func (s *Server) envs(w http.ResponseWriter, id string) {
+func (s *Server) envs(w http.ResponseWriter, r *http.Request, id string) {
 	if _, err := s.agent(id); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	sb, err := s.m.Get(id)
 	if err != nil {
-		writeAPIError(w, unavailable("%v", err))
+		s.writeAPIError(w, r, unavailable("%v", err))
 		return
 	}
 	env := sb.Env
@@ -267,12 +267,23 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-// writeAPIError writes err in E2B's REST error shape. Unavailable becomes
-// 502, which is what E2B answers for a sandbox that is gone.
-func writeAPIError(w http.ResponseWriter, err error) {
+// writeAPIError writes err, as the client of r may see it (redact), in
+// E2B's REST error shape. Unavailable becomes 502, which is what E2B
+// answers for a sandbox that is gone.
+func (s *Server) writeAPIError(w http.ResponseWriter, r *http.Request, err error) {
+	err = s.redact(r, err)
 	e := apiErrorOf(err)
 	wire.SetRetryAfter(w, err)
 	writeJSON(w, e.Code, e)
+}
+
+// redact is what the client of r may be told of err (wire.ClientError).
+func (s *Server) redact(r *http.Request, err error) error {
+	id, _ := sandboxOf(r)
+	if id == "" {
+		id = r.PathValue("id")
+	}
+	return wire.ClientError(s.log, r, id, err)
 }
 
 // apiErrorOf is err in E2B's REST error shape (see writeAPIError).

@@ -33,7 +33,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		Name string `json:"name"`
 	}
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if req.Name == "" {
@@ -43,7 +43,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	sn, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name})
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, infoOfSnapshot(sn))
@@ -75,14 +75,14 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("id")
 	if _, err := s.m.GetSnapshot(name); err != nil {
 		if _, terr := s.m.Template(name); terr == nil {
-			writeAPIError(w, errdefs.Errorf(errdefs.ErrNotImplemented, "deleting templates through the E2B API is not supported: use `corral template rm`"))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "deleting templates through the E2B API is not supported: use `corral template rm`"))
 			return
 		}
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	if err := s.m.DeleteSnapshot(r.Context(), name); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -104,27 +104,28 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		Count   *int   `json:"count"`
 	}
 	if err := decodeBody(r, &req); err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	n := 1
 	if req.Count != nil {
 		n = *req.Count
 	}
-	if req.Timeout != nil && *req.Timeout < 0 {
-		writeAPIError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative"))
+	timeout, err := seconds(req.Timeout)
+	if err != nil {
+		s.writeAPIError(w, r, err)
 		return
 	}
 	copies, err := s.m.Fork(r.Context(), r.PathValue("id"), n)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeAPIError(w, r, err)
 		return
 	}
 	out := make([]forkResult, len(copies))
 	for i, sb := range copies {
-		if req.Timeout != nil {
-			if sb, err = s.m.SetTimeout(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
-				e := apiErrorOf(err)
+		if timeout != nil {
+			if sb, err = s.m.SetTimeout(r.Context(), sb.ID, *timeout); err != nil {
+				e := apiErrorOf(s.redact(r, err))
 				out[i] = forkResult{Error: &e}
 				continue
 			}

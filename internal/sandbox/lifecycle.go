@@ -105,8 +105,8 @@ func (m *Manager) pauser() func(ctx context.Context, id string) (Sandbox, error)
 func (m *Manager) admitLifecycle(drv driver.Driver, l Lifecycle) (Lifecycle, error) {
 	out := Lifecycle{IdleTimeout: new(time.Duration), OnDeadline: ActionDestroy, OnIdle: ActionDestroy}
 	if l.IdleTimeout != nil {
-		if *l.IdleTimeout < 0 {
-			return out, errdefs.Errorf(errdefs.ErrInvalidArgument, "idle timeout must not be negative")
+		if err := RangeIdleTimeout.CheckDuration(*l.IdleTimeout); err != nil {
+			return out, err
 		}
 		*out.IdleTimeout = *l.IdleTimeout
 	}
@@ -129,52 +129,6 @@ func (m *Manager) admitLifecycle(drv driver.Driver, l Lifecycle) (Lifecycle, err
 		}
 	}
 	return out, nil
-}
-
-// SetLifecycle changes a sandbox's idle timeout and timer actions (nil and
-// empty fields of l keep their value) and records them. The idle clock
-// starts again from now. The deadline is not touched: only SetTimeout
-// changes it. It serializes with other lifecycle operations on the
-// sandbox.
-func (m *Manager) SetLifecycle(ctx context.Context, id string, l Lifecycle) (Sandbox, error) {
-	e, err := m.entry(id)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	e.op.Lock()
-	defer e.op.Unlock()
-	m.mu.RLock()
-	sb, current := e.sb.clone(), m.sandboxes[id] == e
-	m.mu.RUnlock()
-	if !current || sb.Pool != "" {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
-	}
-	if sb.State == StateCreating || sb.State == StateDeleting {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, sb.State)
-	}
-	merged := Lifecycle{IdleTimeout: &sb.IdleTimeout, OnDeadline: sb.OnDeadline, OnIdle: sb.OnIdle}
-	if l.IdleTimeout != nil {
-		merged.IdleTimeout = l.IdleTimeout
-	}
-	if l.OnDeadline != "" {
-		merged.OnDeadline = l.OnDeadline
-	}
-	if l.OnIdle != "" {
-		merged.OnIdle = l.OnIdle
-	}
-	merged, err = m.admitLifecycle(m.drivers[sb.Runtime], merged)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	m.mu.Lock()
-	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = *merged.IdleTimeout, merged.OnDeadline, merged.OnIdle
-	sb = e.sb.clone()
-	m.mu.Unlock()
-	e.act.touch(m.cfg.Now())
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return Sandbox{}, fmt.Errorf("recording lifecycle of sandbox %s: %w", id, err)
-	}
-	return sb, nil
 }
 
 // timer is a lifecycle timer that fired for one sandbox.

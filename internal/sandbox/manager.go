@@ -173,6 +173,17 @@ func New(cfg Config) (*Manager, error) {
 	if m.cfg.ExecOutput == 0 {
 		m.cfg.ExecOutput = DefaultExecOutput
 	}
+	// A default or maximum out of range would refuse every request.
+	for _, l := range []Limits{m.cfg.Defaults, m.cfg.Max} {
+		for _, f := range m.limitFields(&l) {
+			if err := f.r.Check(*f.v); *f.v != 0 && err != nil {
+				return nil, fmt.Errorf("server default or maximum: %w", err)
+			}
+		}
+	}
+	if err := errors.Join(RangeTimeout.CheckDuration(m.cfg.DefaultTimeout), RangeTimeout.CheckDuration(m.cfg.MaxTimeout)); err != nil {
+		return nil, fmt.Errorf("server default or maximum timeout: %w", err)
+	}
 	if m.cfg.ReapInterval == 0 {
 		m.cfg.ReapInterval = time.Second
 	}
@@ -521,38 +532,57 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 	}, drv, nil
 }
 
+// bound fills the zero fields of l with the defaults and checks every
+// field against its range and the server maximum.
 func (m *Manager) bound(l Limits) (Limits, error) {
-	type field struct {
-		name       string
-		v          *int64
-		def, limit int64
-	}
-	fields := []field{
-		{"cpus (millicpus)", &l.MilliCPUs, m.cfg.Defaults.MilliCPUs, m.cfg.Max.MilliCPUs},
-		{"memory (bytes)", &l.MemoryBytes, m.cfg.Defaults.MemoryBytes, m.cfg.Max.MemoryBytes},
-		{"pids", &l.Pids, m.cfg.Defaults.Pids, m.cfg.Max.Pids},
-		{"disk (bytes)", &l.DiskBytes, m.cfg.Defaults.DiskBytes, m.cfg.Max.DiskBytes},
-	}
-	for _, f := range fields {
-		if *f.v < 0 {
-			return l, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s must not be negative", f.name)
-		}
+	for _, f := range m.limitFields(&l) {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
-		if f.limit > 0 && *f.v > f.limit {
-			return l, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s %d exceeds the server maximum %d", f.name, *f.v, f.limit)
+		if err := f.check(*f.v); err != nil {
+			return l, err
 		}
-	}
-	if l.MemoryBytes > 0 && l.MemoryBytes < 16<<20 {
-		return l, errdefs.Errorf(errdefs.ErrInvalidArgument, "memory %d bytes is below the minimum of 16 MiB", l.MemoryBytes)
 	}
 	return l, nil
 }
 
+// limitField is one field of a Limits: where it is, its range, its
+// default and its server maximum (0: none).
+type limitField struct {
+	v          *int64
+	r          Range
+	def, limit int64
+}
+
+// check accepts 0 (no limit) and values in range up to the maximum.
+func (f limitField) check(v int64) error {
+	if v == 0 {
+		return nil
+	}
+	if err := f.r.Check(v); err != nil {
+		return err
+	}
+	if f.limit > 0 && v > f.limit {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s %s exceeds the server maximum %s", f.r.Field,
+			fmtBound(float64(v)/float64(f.r.Scale)), fmtBound(float64(f.limit)/float64(f.r.Scale)))
+	}
+	return nil
+}
+
+// limitFields lists the fields of l with their ranges and bounds.
+func (m *Manager) limitFields(l *Limits) []limitField {
+	d, x := m.cfg.Defaults, m.cfg.Max
+	return []limitField{
+		{&l.MilliCPUs, RangeCPUs, d.MilliCPUs, x.MilliCPUs},
+		{&l.MemoryBytes, RangeMemory, d.MemoryBytes, x.MemoryBytes},
+		{&l.Pids, RangePids, d.Pids, x.Pids},
+		{&l.DiskBytes, RangeDisk, d.DiskBytes, x.DiskBytes},
+	}
+}
+
 func (m *Manager) deadline(now time.Time, timeout time.Duration) (time.Time, error) {
-	if timeout < 0 {
-		return time.Time{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
+	if err := RangeTimeout.CheckDuration(timeout); err != nil {
+		return time.Time{}, err
 	}
 	if timeout == 0 {
 		if m.cfg.MaxTimeout > 0 {
@@ -779,7 +809,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	if err != nil {
 		return err
 	}
-	if err := m.outputLimit(&req); err != nil {
+	if err := m.checkExec(&req); err != nil {
 		return err
 	}
 	before, oomErr := oomKills(ctx, m.drivers[runtime], id)
@@ -790,18 +820,28 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	return err
 }
 
-// outputLimit checks req's output limit against the server's and sets the
-// default where req has none.
-func (m *Manager) outputLimit(req *wire.ExecRequest) error {
+// checkExec checks req's numeric fields against their ranges and its
+// output limit against the server's, and sets the default limit where
+// req has none.
+func (m *Manager) checkExec(req *wire.ExecRequest) error {
+	if err := execRanges(*req); err != nil {
+		return err
+	}
 	switch {
-	case req.MaxOutputBytes < 0:
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "max_output_bytes must not be negative")
 	case m.cfg.MaxExecOutput > 0 && req.MaxOutputBytes > m.cfg.MaxExecOutput:
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "max_output_bytes %d exceeds the server maximum %d", req.MaxOutputBytes, m.cfg.MaxExecOutput)
 	case req.MaxOutputBytes == 0 && m.cfg.ExecOutput > 0:
 		req.MaxOutputBytes = m.cfg.ExecOutput
 	}
 	return nil
+}
+
+// execRanges checks req's numeric fields against their ranges.
+func execRanges(req wire.ExecRequest) error {
+	if err := RangeExecTimeout.Check(req.TimeoutMS); err != nil {
+		return err
+	}
+	return RangeExecOutput.Check(req.MaxOutputBytes)
 }
 
 // execTarget is the sandbox an exec runs in: its entry, ID and runtime,
@@ -855,6 +895,14 @@ func oomKills(ctx context.Context, drv driver.Driver, id string) (int64, error) 
 // agent.Client.StartProcess) in a running sandbox. As with Exec, the
 // sandbox's environment is the base of the process's.
 func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartRequest) (wire.ProcessInfo, error) {
+	if err := execRanges(req.ExecRequest); err != nil {
+		return wire.ProcessInfo{}, err
+	}
+	if p := req.PTY; p != nil {
+		if err := errors.Join(RangePTYCols.Check(int64(p.Cols)), RangePTYRows.Check(int64(p.Rows))); err != nil {
+			return wire.ProcessInfo{}, err
+		}
+	}
 	e, client, _, err := m.running(id, &req.ExecRequest)
 	if err != nil {
 		return wire.ProcessInfo{}, err

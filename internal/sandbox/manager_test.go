@@ -32,11 +32,18 @@ type harness struct {
 
 	mu         sync.Mutex
 	failDriver func(id string) error
+	failUpdate func(id string) error
 }
 
 func (h *harness) setFailDriver(f func(string) error) {
 	h.mu.Lock()
 	h.failDriver = f
+	h.mu.Unlock()
+}
+
+func (h *harness) setFailUpdate(f func(string) error) {
+	h.mu.Lock()
+	h.failUpdate = f
 	h.mu.Unlock()
 }
 
@@ -69,15 +76,18 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 		storage: storagefake.New(t.TempDir()),
 		now:     &fakeClock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)},
 	}
-	drv, err := fake.New(fake.Config{Root: sock, FailCreate: func(id string) error {
-		h.mu.Lock()
-		f := h.failDriver
-		h.mu.Unlock()
-		if f != nil {
-			return f(id)
+	hook := func(f *func(string) error) func(string) error {
+		return func(id string) error {
+			h.mu.Lock()
+			fail := *f
+			h.mu.Unlock()
+			if fail != nil {
+				return fail(id)
+			}
+			return nil
 		}
-		return nil
-	}})
+	}
+	drv, err := fake.New(fake.Config{Root: sock, FailCreate: hook(&h.failDriver), FailUpdate: hook(&h.failUpdate)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -352,8 +352,8 @@ func (m *Manager) SetPool(ctx context.Context, def Pool) (PoolStatus, error) {
 	if err := ValidateTemplateName(def.Name); err != nil {
 		return PoolStatus{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid pool name %q: use lower-case letters, digits, '.', '_' and '-'", def.Name)
 	}
-	if def.Size < 0 || def.Size > MaxPoolSize {
-		return PoolStatus{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "pool size %d is outside 0..%d", def.Size, MaxPoolSize)
+	if err := RangePoolSize.Check(int64(def.Size)); err != nil {
+		return PoolStatus{}, err
 	}
 	ps, ok := m.cfg.Store.(PoolStore)
 	if !ok {

@@ -3,26 +3,58 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 )
 
-// UpdateResources changes the CPU, memory and pids limits of a running or
-// paused sandbox and records them. Zero fields of l keep the current value;
-// a limit cannot be lifted to unlimited here. Each new value is checked
-// against the server maximum as at create. The disk limit cannot change
-// (l.DiskBytes must be zero or the current value). The runtime must
-// implement driver.Updater; otherwise the error wraps
-// errdefs.ErrNotImplemented.
+// Update is a change of a sandbox's limits and lifecycle timers
+// (Manager.Update).
+type Update struct {
+	// Limits are new CPU, memory and pids limits: zero fields keep their
+	// value, and a limit cannot be lifted to unlimited. The disk limit
+	// cannot change (DiskBytes must be zero or the current value).
+	Limits Limits
+	// Lifecycle holds new timers, as for SetLifecycle.
+	Lifecycle Lifecycle
+}
+
+// Update changes a sandbox's limits and lifecycle timers together and
+// records them, all or nothing: every value is checked against its range
+// and the server maximum before anything changes, and when a change then
+// fails (the runtime refuses a limit, the record cannot be written), the
+// changes made before it are undone, so that the record and the runtime's
+// limits agree.
 //
-// Lowering memory below what the sandbox uses makes the kernel reclaim
-// and, failing that, the runtime refuses the change or the kernel
-// OOM-kills processes inside; the sandbox keeps running either way. Growth
-// beyond the host capacity of admission control is refused with
-// errdefs.ErrBusy. It serializes with other lifecycle operations on the
-// same sandbox.
+// Limits change only while the sandbox runs or is paused, and only on a
+// runtime that implements driver.Updater; otherwise the error wraps
+// errdefs.ErrNotImplemented. Lowering memory below what the sandbox uses
+// makes the kernel reclaim and, failing that, the runtime refuses the
+// change or the kernel OOM-kills processes inside; the sandbox keeps
+// running either way. Growth beyond the host capacity of admission
+// control is refused with errdefs.ErrBusy. New timers start the idle clock
+// again; the deadline changes only through SetTimeout. Update serializes
+// with other lifecycle operations on the same sandbox.
+func (m *Manager) Update(ctx context.Context, id string, u Update) (Sandbox, error) {
+	return m.update(ctx, id, u, false)
+}
+
+// UpdateResources is Update of the limits alone. Unlike Update it also
+// changes a warm pool member's, for a claim (handOut).
 func (m *Manager) UpdateResources(ctx context.Context, id string, l Limits) (Sandbox, error) {
+	return m.update(ctx, id, Update{Limits: l}, true)
+}
+
+// SetLifecycle is Update of the idle timeout and timer actions alone (nil
+// and empty fields of l keep their value), which may change in any state
+// but creating and deleting. The idle clock starts again from now.
+func (m *Manager) SetLifecycle(ctx context.Context, id string, l Lifecycle) (Sandbox, error) {
+	return m.update(ctx, id, Update{Lifecycle: l}, false)
+}
+
+// update is Update; members allows warm pool members.
+func (m *Manager) update(ctx context.Context, id string, u Update, members bool) (Sandbox, error) {
 	e, err := m.entry(id)
 	if err != nil {
 		return Sandbox{}, err
@@ -33,69 +65,122 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, l Limits) (San
 	m.mu.RLock()
 	sb, current := e.sb.clone(), m.sandboxes[id] == e
 	m.mu.RUnlock()
-	if !current { // deleted while we waited for op
+	if !current || (sb.Pool != "" && !members) { // deleted while we waited for op, or hidden
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
-	if sb.State != StateRunning && sb.State != StatePaused {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, sb.State)
+	if sb.State == StateCreating || sb.State == StateDeleting {
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, sb.State)
 	}
-	if l.DiskBytes != 0 && l.DiskBytes != sb.DiskBytes {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "the disk limit of sandbox %s cannot change while it exists", id)
+
+	// Every check first.
+	limits := u.Limits != (Limits{})
+	next := Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids}
+	var upd driver.Updater
+	if limits {
+		if sb.State != StateRunning && sb.State != StatePaused {
+			return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, sb.State)
+		}
+		if u.Limits.DiskBytes != 0 && u.Limits.DiskBytes != sb.DiskBytes {
+			return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "the disk limit of sandbox %s cannot change while it exists", id)
+		}
+		if next, err = m.boundUpdate(sb, u.Limits); err != nil {
+			return Sandbox{}, err
+		}
+		var ok bool
+		if upd, ok = m.drivers[sb.Runtime].(driver.Updater); !ok {
+			return Sandbox{}, errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot change the limits of a running sandbox", sb.Runtime)
+		}
 	}
-	next, err := m.boundUpdate(sb, l)
+	timers := u.Lifecycle != (Lifecycle{})
+	life, err := m.admitLifecycle(m.drivers[sb.Runtime], mergeLifecycle(sb, u.Lifecycle))
 	if err != nil {
 		return Sandbox{}, err
 	}
-	upd, ok := m.drivers[sb.Runtime].(driver.Updater)
-	if !ok {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot change the limits of a running sandbox", sb.Runtime)
+
+	// Then the changes, each with its undo.
+	var undo []func()
+	rollback := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 	}
-	undo, err := m.adm.resize(id, next.MemoryBytes, next.MilliCPUs)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	r := driver.Resources{MilliCPUs: next.MilliCPUs, MemoryBytes: next.MemoryBytes, Pids: next.Pids}
-	if err := upd.Update(ctx, id, r); err != nil {
-		undo()
-		return Sandbox{}, fmt.Errorf("updating limits of sandbox %s: %w", id, err)
+	if limits {
+		release, err := m.adm.resize(id, next.MemoryBytes, next.MilliCPUs)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		undo = append(undo, release)
+		r := driver.Resources{MilliCPUs: next.MilliCPUs, MemoryBytes: next.MemoryBytes, Pids: next.Pids}
+		if err := upd.Update(ctx, id, r); err != nil {
+			rollback()
+			return Sandbox{}, fmt.Errorf("updating limits of sandbox %s: %w", id, err)
+		}
+		old := driver.Resources{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids}
+		undo = append(undo, func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := upd.Update(cctx, id, old); err != nil {
+				m.log.Error("restoring limits after a failed update: the runtime's limits differ from the record",
+					"sandbox_id", id, "milli_cpus", old.MilliCPUs, "memory_bytes", old.MemoryBytes, "pids", old.Pids, "err", err)
+			}
+		})
 	}
 
 	m.mu.Lock()
+	prev := e.sb
 	e.sb.MilliCPUs, e.sb.MemoryBytes, e.sb.Pids = next.MilliCPUs, next.MemoryBytes, next.Pids
+	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = *life.IdleTimeout, life.OnDeadline, life.OnIdle
 	sb = e.sb.clone()
 	m.mu.Unlock()
+	undo = append(undo, func() {
+		m.mu.Lock()
+		e.sb.MilliCPUs, e.sb.MemoryBytes, e.sb.Pids = prev.MilliCPUs, prev.MemoryBytes, prev.Pids
+		e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = prev.IdleTimeout, prev.OnDeadline, prev.OnIdle
+		m.mu.Unlock()
+	})
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return Sandbox{}, fmt.Errorf("recording limits of sandbox %s: %w", id, err)
+		rollback()
+		return Sandbox{}, fmt.Errorf("recording the update of sandbox %s: %w", id, err)
 	}
-	m.log.Info("sandbox limits changed", "sandbox_id", id, "milli_cpus", sb.MilliCPUs,
-		"memory_bytes", sb.MemoryBytes, "pids", sb.Pids)
+	if timers {
+		e.act.touch(m.cfg.Now())
+	}
+	if limits {
+		m.log.Info("sandbox limits changed", "sandbox_id", id, "milli_cpus", sb.MilliCPUs,
+			"memory_bytes", sb.MemoryBytes, "pids", sb.Pids)
+	}
 	return sb, nil
 }
 
-// boundUpdate merges l into sb's limits and checks them against Max.
+// mergeLifecycle returns sb's timers with the set fields of l.
+func mergeLifecycle(sb Sandbox, l Lifecycle) Lifecycle {
+	merged := Lifecycle{IdleTimeout: &sb.IdleTimeout, OnDeadline: sb.OnDeadline, OnIdle: sb.OnIdle}
+	if l.IdleTimeout != nil {
+		merged.IdleTimeout = l.IdleTimeout
+	}
+	if l.OnDeadline != "" {
+		merged.OnDeadline = l.OnDeadline
+	}
+	if l.OnIdle != "" {
+		merged.OnIdle = l.OnIdle
+	}
+	return merged
+}
+
+// boundUpdate merges l into sb's limits and checks each new value against
+// its range and the server maximum.
 func (m *Manager) boundUpdate(sb Sandbox, l Limits) (Limits, error) {
 	next := Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids, DiskBytes: sb.DiskBytes}
-	for _, f := range []struct {
-		name     string
-		v, limit int64
-		dst      *int64
-	}{
-		{"cpus (millicpus)", l.MilliCPUs, m.cfg.Max.MilliCPUs, &next.MilliCPUs},
-		{"memory (bytes)", l.MemoryBytes, m.cfg.Max.MemoryBytes, &next.MemoryBytes},
-		{"pids", l.Pids, m.cfg.Max.Pids, &next.Pids},
-	} {
-		switch {
-		case f.v < 0:
-			return next, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s must not be negative", f.name)
-		case f.v == 0:
+	asked := l
+	fields, current := m.limitFields(&asked), m.limitFields(&next)
+	for i, f := range fields[:3] { // the disk limit does not change
+		if *f.v == 0 {
 			continue
-		case f.limit > 0 && f.v > f.limit:
-			return next, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s %d exceeds the server maximum %d", f.name, f.v, f.limit)
 		}
-		*f.dst = f.v
-	}
-	if l.MemoryBytes > 0 && l.MemoryBytes < 16<<20 {
-		return next, errdefs.Errorf(errdefs.ErrInvalidArgument, "memory %d bytes is below the minimum of 16 MiB", l.MemoryBytes)
+		if err := f.check(*f.v); err != nil {
+			return next, err
+		}
+		*current[i].v = *f.v
 	}
 	return next, nil
 }

@@ -22,7 +22,7 @@ import (
 // for. A warm pool member, a sandbox from a snapshot and a driver that does
 // not tell run req once the create is done.
 func (m *Manager) Run(ctx context.Context, spec Spec, req wire.ExecRequest, created func(Sandbox) error, fn func(wire.ExecEvent) error) (Sandbox, error) {
-	if err := m.outputLimit(&req); err != nil {
+	if err := m.checkExec(&req); err != nil {
 		return Sandbox{}, err
 	}
 	r := newEarlyExec(ctx, m, req, fn)

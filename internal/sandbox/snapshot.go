@@ -534,8 +534,8 @@ func (m *Manager) startInstance(ctx context.Context, drv driver.Driver, spec dri
 // limits, environment, metadata and network policy, and the default
 // timeout. Either all n copies are made or none is left.
 func (m *Manager) Fork(ctx context.Context, id string, n int) ([]Sandbox, error) {
-	if n < 1 || n > MaxForks {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "fork count %d is not between 1 and %d", n, MaxForks)
+	if err := RangeForkCount.Check(int64(n)); err != nil {
+		return nil, err
 	}
 	e, err := m.entry(id)
 	if err != nil {

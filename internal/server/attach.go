@@ -47,7 +47,7 @@ const (
 func (s *Server) attachProcess(w http.ResponseWriter, r *http.Request) {
 	from, err := queryOffset(r)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
@@ -64,7 +64,7 @@ func (s *Server) attachProcess(w http.ResponseWriter, r *http.Request) {
 			return 0, nil, nil // Accept has answered the client.
 		}
 		conn.SetReadLimit(attachReadLimit)
-		a := &attachment{conn: conn, ag: ag, pid: pid, log: s.log}
+		a := &attachment{conn: conn, ag: ag, pid: pid, log: s.log, redact: s.redactor(r)}
 		defer s.m.Active(r.PathValue("id"))() // an open session holds off the idle timeout
 		a.run(r.Context(), from)
 		return 0, nil, nil
@@ -78,6 +78,8 @@ type attachment struct {
 	ag   *agent.Client
 	pid  int
 	log  *slog.Logger
+	// redact is what the client may see of an error.
+	redact func(error) error
 }
 
 func (a *attachment) run(ctx context.Context, from int64) {
@@ -172,8 +174,8 @@ func (a *attachment) control(ctx context.Context, in *stdinPipe, msg []byte) err
 	}
 	switch c.Type {
 	case "resize":
-		if c.Cols == 0 || c.Rows == 0 {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "resize needs cols and rows of at least 1")
+		if err := checkPTYSize(wire.PTYSize{Cols: c.Cols, Rows: c.Rows}); err != nil {
+			return err
 		}
 		return a.ag.Resize(ctx, a.pid, wire.PTYSize{Cols: c.Cols, Rows: c.Rows})
 	case "signal":
@@ -196,7 +198,7 @@ func (a *attachment) sendEvent(ctx context.Context, ev AttachEvent) error {
 }
 
 func (a *attachment) sendError(ctx context.Context, err error) error {
-	return a.sendEvent(ctx, AttachEvent{Type: wire.EventError, Error: &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}})
+	return a.sendEvent(ctx, AttachEvent{Type: wire.EventError, Error: errorOf(a.redact(err))})
 }
 
 // stdinPipe forwards a session's stdin messages to the process through one

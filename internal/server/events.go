@@ -8,7 +8,6 @@ import (
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/events"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 // events streams lifecycle events as NDJSON until the client goes away.
@@ -22,7 +21,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	for _, v := range q["type"] {
 		for t := range strings.SplitSeq(v, ",") {
 			if !slices.Contains(events.Types, t) {
-				wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown event type %q (available: %s)", t, strings.Join(events.Types, ", ")))
+				s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown event type %q (available: %s)", t, strings.Join(events.Types, ", ")))
 				return
 			}
 			f.Types = append(f.Types, t)

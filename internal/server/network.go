@@ -9,7 +9,6 @@ import (
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 // NetworkPolicy is a sandbox's network policy as the API reads and shows
@@ -149,17 +148,17 @@ func joinPorts(ports []uint16) string {
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	var req NetworkPolicy
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	p, err := req.policy()
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	sb, err := s.m.UpdateNetwork(r.Context(), r.PathValue("id"), p)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))

@@ -287,3 +287,66 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		t.Errorf("ErrorCode enum = %q, want %q", got, want)
 	}
 }
+
+// TestOpenAPIRanges keeps the minimum and maximum of every numeric field
+// of a request in step with the range the server checks (sandbox.Range),
+// and fails for a numeric request field without one.
+func TestOpenAPIRanges(t *testing.T) {
+	doc := parseOpenAPI(t)
+	limits := []sandbox.Range{sandbox.RangeCPUs, sandbox.RangeMemory, sandbox.RangePids}
+	lifetime := []sandbox.Range{sandbox.RangeTimeout, sandbox.RangeIdleTimeout}
+	exec := []sandbox.Range{sandbox.RangeExecTimeout, sandbox.RangeExecOutput}
+	pty := []sandbox.Range{sandbox.RangePTYCols, sandbox.RangePTYRows}
+	bySchema := map[string][]sandbox.Range{
+		"CreateSandboxRequest": slices.Concat(limits, []sandbox.Range{sandbox.RangeDisk}, lifetime),
+		"PoolRequest":          slices.Concat(limits, []sandbox.Range{sandbox.RangeDisk, sandbox.RangePoolSize}),
+		"UpdateRequest":        append(slices.Clone(limits), sandbox.RangeIdleTimeout),
+		"TimeoutRequest":       {sandbox.RangeTimeout},
+		"ResumeRequest":        {sandbox.RangeTimeout},
+		"ExecRequest":          exec,
+		"StartRequest":         exec,
+		"PTYSize":              pty,
+		"AttachControl":        pty,
+		"ForkRequest":          {sandbox.RangeForkCount},
+		"MkdirRequest":         {sandbox.RangeFileMode},
+	}
+	ranges := map[string]sandbox.Range{}
+	for schema, list := range bySchema {
+		for _, r := range list {
+			ranges[schema+"."+r.Field] = r
+		}
+	}
+	for name, s := range doc.Components.Schemas {
+		if !strings.HasSuffix(name, "Request") && name != "PTYSize" && name != "AttachControl" {
+			continue
+		}
+		for prop, raw := range s.Properties {
+			var p struct {
+				Type     string   `json:"type"`
+				Minimum  *float64 `json:"minimum"`
+				Maximum  *float64 `json:"maximum"`
+				Nullable bool     `json:"nullable"`
+			}
+			if err := json.Unmarshal(raw, &p); err != nil {
+				t.Fatalf("%s.%s: %v", name, prop, err)
+			}
+			if p.Type != "integer" && p.Type != "number" {
+				continue
+			}
+			key := name + "." + prop
+			r, ok := ranges[key]
+			switch {
+			case !ok:
+				t.Errorf("%s is numeric but has no range in this test (and perhaps none in the server)", key)
+			case p.Minimum == nil || p.Maximum == nil:
+				t.Errorf("%s: no minimum or maximum", key)
+			case *p.Minimum != r.APIMin() || *p.Maximum != r.APIMax():
+				t.Errorf("%s: minimum %v, maximum %v; the server checks %v to %v", key, *p.Minimum, *p.Maximum, r.APIMin(), r.APIMax())
+			}
+			delete(ranges, key)
+		}
+	}
+	for key := range ranges {
+		t.Errorf("%s is not in openapi.json", key)
+	}
+}

@@ -1,14 +1,11 @@
 package server
 
 import (
-	"math"
 	"net/http"
 	"time"
 
 	"github.com/corralrun/corral/internal/egress"
-	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 // PoolRequest is the body of PUT /v1/pools/{name}: the shape of the pool's
@@ -63,7 +60,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
 	st, err := s.m.PoolStatus(r.PathValue("name"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, poolView(st))
@@ -72,26 +69,28 @@ func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
 func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	var req PoolRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || req.DiskMB < 0 {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids and disk_mb must not be negative"))
-		return
-	}
-	st, err := s.m.SetPool(r.Context(), sandbox.Pool{
+	var f fields
+	def := sandbox.Pool{
 		Name:        r.PathValue("name"),
 		Template:    req.Template,
 		Runtime:     req.Runtime,
-		MilliCPUs:   int64(math.Round(req.CPUs * 1000)),
-		MemoryBytes: req.MemoryMB << 20,
-		Pids:        req.Pids,
-		DiskBytes:   req.DiskMB << 20,
+		MilliCPUs:   f.cpus(req.CPUs),
+		MemoryBytes: f.opt(sandbox.RangeMemory, req.MemoryMB),
+		Pids:        f.opt(sandbox.RangePids, req.Pids),
+		DiskBytes:   f.opt(sandbox.RangeDisk, req.DiskMB),
 		Network:     egress.Mode(req.Network),
-		Size:        req.Size,
-	})
+		Size:        int(f.req(sandbox.RangePoolSize, int64(req.Size))),
+	}
+	if f.err != nil {
+		s.writeError(w, r, f.err)
+		return
+	}
+	st, err := s.m.SetPool(r.Context(), def)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, poolView(st))
@@ -99,7 +98,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.RemovePool(r.Context(), r.PathValue("name")); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -12,7 +14,6 @@ import (
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 // portMethods are the methods /v1/sandboxes/{id}/ports/{port}/ forwards;
@@ -29,15 +30,13 @@ type PortProxy struct {
 	rp *httputil.ReverseProxy
 	tr *http.Transport
 	// writeError answers a request that could not be forwarded.
-	writeError func(http.ResponseWriter, error)
+	writeError func(http.ResponseWriter, *http.Request, error)
 }
 
 // NewPortProxy returns a PortProxy for m's sandboxes that answers failures
-// with writeError (nil: the API's error body, wire.WriteError).
-func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, error)) *PortProxy {
-	if writeError == nil {
-		writeError = wire.WriteError
-	}
+// with writeError, which decides what the client may see of them
+// (wire.Redact).
+func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, *http.Request, error)) *PortProxy {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			id, port, err := net.SplitHostPort(addr)
@@ -73,9 +72,9 @@ func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, error
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errdefs.Code(err) == errdefs.CodeInternal {
 				t := r.Context().Value(portTargetKey{}).(portTarget)
-				err = errdefs.Errorf(errdefs.ErrUnavailable, "forwarding to port %d of sandbox %s: %v", t.port, t.id, err)
+				err = fmt.Errorf("forwarding to port %d of sandbox %s: %w", t.port, t.id, errors.Join(errdefs.ErrUnavailable, err))
 			}
-			p.writeError(w, err)
+			p.writeError(w, r, err)
 		},
 	}
 	return p
@@ -102,13 +101,13 @@ type portTarget struct {
 func (p *PortProxy) Forward(w http.ResponseWriter, r *http.Request, id string, port int, rawPath, prefix string) {
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		p.writeError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q: %v", rawPath, err))
+		p.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q: %v", rawPath, err))
 		return
 	}
 	// Fail before proxying when the sandbox is not there, so that the
 	// answer is a plain API error.
 	if _, err := p.m.Get(id); err != nil {
-		p.writeError(w, err)
+		p.writeError(w, r, err)
 		return
 	}
 	t := portTarget{id: id, port: port, path: path, prefix: prefix}
@@ -122,14 +121,15 @@ func (p *PortProxy) Forward(w http.ResponseWriter, r *http.Request, id string, p
 func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "port %q: want a number from 1 to 65535", r.PathValue("port")))
+	if err != nil || sandbox.RangePort.Check(int64(port)) != nil {
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "port %q: want a number from %d to %d",
+			r.PathValue("port"), sandbox.RangePort.Min, sandbox.RangePort.Max))
 		return
 	}
 	prefix := "/v1/sandboxes/" + id + "/ports/" + r.PathValue("port")
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix)
 	if !ok {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q does not start with %q", r.URL.EscapedPath(), prefix))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q does not start with %q", r.URL.EscapedPath(), prefix))
 		return
 	}
 	s.ports.Forward(w, r, id, port, rest, prefix)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -23,18 +24,18 @@ func (s *Server) proc(op procOp) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		pid, err := pidValue(r)
 		if err != nil {
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		ag, err := s.m.Agent(r.PathValue("id"))
 		if err != nil {
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		status, out, err := op(ag, pid)
 		switch {
 		case err != nil:
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 		case status == http.StatusNoContent:
 			w.WriteHeader(status)
 		case status != 0:
@@ -67,6 +68,14 @@ func queryOffset(r *http.Request) (int64, error) {
 	return n, nil
 }
 
+// checkPTYSize checks a terminal size against its ranges.
+func checkPTYSize(p wire.PTYSize) error {
+	var f fields
+	f.req(sandbox.RangePTYCols, int64(p.Cols))
+	f.req(sandbox.RangePTYRows, int64(p.Rows))
+	return f.err
+}
+
 // queryBool parses an optional boolean query parameter (default false).
 func queryBool(r *http.Request, name string) (bool, error) {
 	v := r.URL.Query().Get(name)
@@ -83,23 +92,20 @@ func queryBool(r *http.Request, name string) (bool, error) {
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	var req wire.StartRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	switch {
-	case (len(req.Cmd) == 0) == (req.Shell == ""):
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "exactly one of cmd and shell must be set"))
-		return
-	case req.PTY != nil && (req.PTY.Cols == 0 || req.PTY.Rows == 0):
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "pty cols and rows must be at least 1"))
-		return
-	case req.TimeoutMS < 0:
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout_ms must not be negative"))
+	err := checkExec(req.ExecRequest)
+	if err == nil && req.PTY != nil {
+		err = checkPTYSize(*req.PTY)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	info, err := s.m.StartProcess(r.Context(), r.PathValue("id"), req)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, info)
@@ -108,12 +114,12 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 	ag, err := s.m.Agent(r.PathValue("id"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	list, err := ag.Processes(r.Context())
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if list == nil {
@@ -159,11 +165,11 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) {
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 	var req wire.SignalRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if req.Signal == "" {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "signal is required"))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "signal is required"))
 		return
 	}
 	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
@@ -174,11 +180,11 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
 	var req wire.PTYSize
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	if req.Cols == 0 || req.Rows == 0 {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cols and rows must be at least 1"))
+	if err := checkPTYSize(req); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
@@ -192,16 +198,16 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
 func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 	from, err := queryOffset(r)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	follow, err := queryBool(r, "follow")
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
-		st := newStream(w)
+		st := newStream(w, s.redactor(r))
 		err := ag.ProcessOutput(r.Context(), pid, from, follow, func(ev wire.ExecEvent) error { return st.send(ev) })
 		if err != nil && !st.started {
 			return 0, nil, err
@@ -244,7 +250,7 @@ func (s *Server) writeArchive(w http.ResponseWriter, r *http.Request) {
 func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	recursive, err := queryBool(r, "recursive")
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.files(true, func(ag *agent.Client, p string) (any, error) {
@@ -255,7 +261,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		if _, err := ag.Stat(r.Context(), p); err != nil {
 			return nil, err
 		}
-		st := newStream(w)
+		st := newStream(w, s.redactor(r))
 		st.start()
 		_ = st.rc.Flush()
 		err := ag.Watch(r.Context(), p, recursive, func(ev wire.WatchEvent) error { return st.send(ev) })
@@ -271,11 +277,12 @@ type stream struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	enc     *json.Encoder
+	redact  func(error) error // what the client may see of an error
 	started bool
 }
 
-func newStream(w http.ResponseWriter) *stream {
-	return &stream{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+func newStream(w http.ResponseWriter, redact func(error) error) *stream {
+	return &stream{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w), redact: redact}
 }
 
 func (st *stream) start() {
@@ -302,7 +309,7 @@ func (st *stream) send(ev any) error {
 func (st *stream) finish(r *http.Request, err error) {
 	st.start()
 	if err != nil && r.Context().Err() == nil {
-		_ = st.enc.Encode(wire.ExecEvent{Type: wire.EventError, Error: &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}})
+		_ = st.enc.Encode(wire.ExecEvent{Type: wire.EventError, Error: errorOf(st.redact(err))})
 	}
 	_ = st.rc.Flush()
 }

@@ -35,7 +35,7 @@ type RunEvent struct {
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var req RunRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	spec, err := req.Sandbox.spec()
@@ -43,10 +43,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		err = checkExec(req.Exec)
 	}
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	st := newExecStream(w)
+	st := newExecStream(w, s.redactor(r))
 	created := func(sb sandbox.Sandbox) error {
 		// Sent with the exec's first event, which follows at once.
 		v := viewOf(sb)

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/errdefs"
@@ -59,7 +58,8 @@ type Server struct {
 
 // New returns a Server with every route registered.
 func New(cfg Config) *Server {
-	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), ports: NewPortProxy(cfg.Manager, nil)}
+	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	s.ports = NewPortProxy(cfg.Manager, func(w http.ResponseWriter, r *http.Request, err error) { s.writeError(w, r, err) })
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -70,7 +70,7 @@ func New(cfg Config) *Server {
 		s.mux.HandleFunc(r.pattern, r.handler)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
 	return s
 }
@@ -155,7 +155,7 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 			got = bearer
 		}
 		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			wire.WriteError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
 			return
 		}
 		// The key goes no further: a request forwarded to a sandbox's
@@ -234,17 +234,17 @@ func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req CreateRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	spec, err := req.spec()
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	sb, err := s.m.Create(r.Context(), spec)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, viewOf(sb))
@@ -256,7 +256,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	if st := q.Get("state"); st != "" {
 		state, err := sandbox.ParseState(st)
 		if err != nil {
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		f.State = state
@@ -264,7 +264,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	for _, kv := range q["metadata"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "metadata filter %q must be KEY=VALUE", kv))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "metadata filter %q must be KEY=VALUE", kv))
 			return
 		}
 		if f.Metadata == nil {
@@ -278,7 +278,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.PathValue("id"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
@@ -286,7 +286,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.Delete(r.Context(), r.PathValue("id")); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -295,16 +295,22 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	var req TimeoutRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if req.Timeout == nil {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds) is required"))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds) is required"))
 		return
 	}
-	sb, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), time.Duration(*req.Timeout)*time.Second)
+	var f fields
+	timeout := f.seconds(sandbox.RangeTimeout, req.Timeout)
+	if f.err != nil {
+		s.writeError(w, r, f.err)
+		return
+	}
+	sb, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), *timeout)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
@@ -313,7 +319,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	st, err := s.m.Stats(r.Context(), r.PathValue("id"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -325,14 +331,14 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req wire.ExecRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := checkExec(req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	st := newExecStream(w)
+	st := newExecStream(w, s.redactor(r))
 	if err := s.m.Exec(r.Context(), r.PathValue("id"), req, st.exec); err != nil {
 		st.fail(r, err)
 	}
@@ -343,7 +349,10 @@ func checkExec(req wire.ExecRequest) error {
 	if (len(req.Cmd) == 0) == (req.Shell == "") {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "exactly one of cmd and shell must be set")
 	}
-	return nil
+	var f fields
+	f.req(sandbox.RangeExecTimeout, req.TimeoutMS)
+	f.req(sandbox.RangeExecOutput, req.MaxOutputBytes)
+	return f.err
 }
 
 // execStream writes the events of an exec as newline-delimited JSON:
@@ -351,14 +360,15 @@ func checkExec(req wire.ExecRequest) error {
 // event flushed but an exit, which ends the exec and which the end of the
 // response carries in the same write.
 type execStream struct {
-	lazy *lazyHeader
-	rc   *http.ResponseController
-	enc  *json.Encoder
+	lazy   *lazyHeader
+	rc     *http.ResponseController
+	enc    *json.Encoder
+	redact func(error) error // what the client may see of an error
 }
 
-func newExecStream(w http.ResponseWriter) *execStream {
+func newExecStream(w http.ResponseWriter, redact func(error) error) *execStream {
 	lazy := &lazyHeader{w: w}
-	return &execStream{lazy: lazy, rc: http.NewResponseController(w), enc: json.NewEncoder(lazy)}
+	return &execStream{lazy: lazy, rc: http.NewResponseController(w), enc: json.NewEncoder(lazy), redact: redact}
 }
 
 // write writes the event v, then flushes when flush is set.
@@ -381,11 +391,11 @@ func (st *execStream) exec(ev wire.ExecEvent) error {
 // a last error event, unless the client of r is gone.
 func (st *execStream) fail(r *http.Request, err error) {
 	if !st.lazy.started {
-		wire.WriteError(st.lazy.w, err)
+		wire.WriteError(st.lazy.w, st.redact(err))
 		return
 	}
 	if r.Context().Err() == nil {
-		_ = st.write(wire.ExecEvent{Type: wire.EventError, Error: &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}}, true)
+		_ = st.write(wire.ExecEvent{Type: wire.EventError, Error: errorOf(st.redact(err))}, true)
 	}
 }
 
@@ -401,18 +411,18 @@ func (s *Server) files(needPath bool, op fileOp) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Query().Get("path")
 		if needPath && p == "" {
-			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "query parameter path is required"))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "query parameter path is required"))
 			return
 		}
 		ag, err := s.m.Agent(r.PathValue("id"))
 		if err != nil {
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		out, err := op(ag, p)
 		switch {
 		case err != nil:
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 		case out != nil:
 			writeJSON(w, http.StatusOK, out)
 		}
@@ -444,8 +454,8 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	mode := os.FileMode(0o644)
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
-		if err != nil || v > 0o7777 {
-			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "mode %q must be octal permission bits like 0644", m))
+		if err != nil || sandbox.RangeFileMode.Check(int64(v)) != nil {
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "mode %q must be octal permission bits like 0644", m))
 			return
 		}
 		mode = fileMode(uint32(v))
@@ -482,7 +492,11 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 	var req wire.MkdirRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
+		return
+	}
+	if err := sandbox.RangeFileMode.Check(int64(req.Mode)); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	s.files(false, func(ag *agent.Client, _ string) (any, error) { return ag.Mkdir(r.Context(), req) })(w, r)
@@ -491,7 +505,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
 	var req wire.RenameRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.files(false, func(ag *agent.Client, _ string) (any, error) { return ag.Rename(r.Context(), req.From, req.To) })(w, r)
@@ -504,7 +518,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 	t, err := s.m.Template(r.PathValue("name"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -522,7 +536,7 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 		return template.ExtractTar(r.Context(), r.Body, dir)
 	})
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, t)
@@ -530,7 +544,7 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if s.cfg.Images != nil {
@@ -549,7 +563,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	var req BuildRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	name := r.PathValue("name")
@@ -563,26 +577,27 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			return template.BuildDebian(ctx, dir, opts, progress)
 		}
 	default:
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, busybox)", req.Recipe))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, busybox)", req.Recipe))
 		return
 	}
 	if err := sandbox.ValidateTemplateName(name); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if _, err := s.m.Template(name); err == nil {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name))
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	out := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	redact := s.redactor(r)
 	t, err := s.m.CreateTemplate(r.Context(), name, req.Recipe, func(dir string) error {
 		return fill(r.Context(), dir, out)
 	})
 	out.flushLine()
 	if err != nil {
-		out.send(BuildEvent{Type: "error", Error: &errorDetail{Code: errdefs.Code(err), Message: err.Error()}})
+		out.send(BuildEvent{Type: "error", Error: (*errorDetail)(errorOf(redact(err)))})
 		return
 	}
 	out.send(BuildEvent{Type: "done", Template: &t})
@@ -649,4 +664,26 @@ func fileMode(v uint32) os.FileMode {
 		m |= os.ModeSticky
 	}
 	return m
+}
+
+// writeError answers r with err as a client may see it (clientError).
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	wire.WriteError(w, s.clientError(r, err))
+}
+
+// clientError is what the client of r may be told of err
+// (wire.ClientError).
+func (s *Server) clientError(r *http.Request, err error) error {
+	return wire.ClientError(s.log, r, r.PathValue("id"), err)
+}
+
+// redactor returns clientError for the client of r, for streams that
+// report errors after their status line.
+func (s *Server) redactor(r *http.Request) func(error) error {
+	return func(err error) error { return s.clientError(r, err) }
+}
+
+// errorOf is the error detail of an error event.
+func errorOf(err error) *wire.ErrorDetail {
+	return &wire.ErrorDetail{Code: errdefs.Code(err), Message: err.Error()}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 // SnapshotView is a snapshot as the API shows it; like SandboxView it
@@ -74,7 +73,7 @@ func (s *Server) snapshotRoutes() []route {
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Pause(r.Context(), r.PathValue("id"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
@@ -84,22 +83,24 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
 	var req ResumeRequest
 	if r.ContentLength != 0 {
 		if err := decode(r, &req); err != nil {
-			wire.WriteError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 	}
 	var sb sandbox.Sandbox
 	var err error
+	var f fields
+	timeout := f.seconds(sandbox.RangeTimeout, req.Timeout)
 	switch {
-	case req.Timeout == nil:
+	case f.err != nil:
+		err = f.err
+	case timeout == nil:
 		sb, err = s.m.Resume(r.Context(), r.PathValue("id"))
-	case *req.Timeout < 0:
-		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout must not be negative")
 	default:
-		sb, err = s.m.ResumeFor(r.Context(), r.PathValue("id"), time.Duration(*req.Timeout)*time.Second)
+		sb, err = s.m.ResumeFor(r.Context(), r.PathValue("id"), *timeout)
 	}
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
@@ -108,12 +109,12 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req SnapshotRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	snap, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name, Metadata: req.Metadata})
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, snapshotView(snap))
@@ -122,12 +123,18 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 	var req ForkRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	copies, err := s.m.Fork(r.Context(), r.PathValue("id"), req.Count)
+	var f fields
+	n := f.req(sandbox.RangeForkCount, int64(req.Count))
+	if f.err != nil {
+		s.writeError(w, r, f.err)
+		return
+	}
+	copies, err := s.m.Fork(r.Context(), r.PathValue("id"), int(n))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, views(copies, viewOf))
@@ -140,7 +147,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	snap, err := s.m.GetSnapshot(r.PathValue("name"))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, snapshotView(snap))
@@ -148,7 +155,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.DeleteSnapshot(r.Context(), r.PathValue("name")); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -157,16 +164,16 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 func (s *Server) templateFromSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req FromSnapshotRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if req.Snapshot == "" {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot is required"))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot is required"))
 		return
 	}
 	t, err := s.m.TemplateFromSnapshot(r.Context(), r.PathValue("name"), req.Snapshot)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, t)

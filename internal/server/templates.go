@@ -32,9 +32,9 @@ type PullRequest struct {
 // maxBuildFile bounds the Dockerfile part of a build request.
 const maxBuildFile = 1 << 20
 
-func (s *Server) imageService(w http.ResponseWriter) *images.Service {
+func (s *Server) imageService(w http.ResponseWriter, r *http.Request) *images.Service {
 	if s.cfg.Images == nil {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrNotImplemented, "this server does not make templates from images"))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "this server does not make templates from images"))
 	}
 	return s.cfg.Images
 }
@@ -42,25 +42,25 @@ func (s *Server) imageService(w http.ResponseWriter) *images.Service {
 // pullTemplate pulls an image into a new template and streams progress as
 // NDJSON BuildEvents.
 func (s *Server) pullTemplate(w http.ResponseWriter, r *http.Request) {
-	svc := s.imageService(w)
+	svc := s.imageService(w, r)
 	if svc == nil {
 		return
 	}
 	var req PullRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if req.Ref == "" {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "ref (an image reference) is required"))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "ref (an image reference) is required"))
 		return
 	}
 	name := r.PathValue("name")
 	if err := svc.CheckName(name); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	out := newEventStream(w)
+	out := newEventStream(w, s.redactor(r))
 	t, err := svc.Pull(r.Context(), name, images.PullOptions{
 		Ref: req.Ref, Platform: req.Platform, Insecure: req.Insecure, Progress: out.progress, Log: out,
 	})
@@ -73,7 +73,7 @@ func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	t, err := s.cfg.Images.Import(r.Context(), name, r.Body, images.ImportOptions{Platform: r.URL.Query().Get("platform")})
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, t)
@@ -95,7 +95,7 @@ func isMultipart(r *http.Request) bool {
 // NDJSON BuildEvents: step lines and RUN output as "log", FROM pull
 // progress as "progress", then "done" or "error".
 func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
-	svc := s.imageService(w)
+	svc := s.imageService(w, r)
 	if svc == nil {
 		return
 	}
@@ -104,14 +104,14 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 	for _, kv := range q["build_arg"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "build_arg %q must be NAME=value", kv))
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "build_arg %q must be NAME=value", kv))
 			return
 		}
 		args[k] = v
 	}
 	insecure, err := boolParam(q, "insecure")
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	network := egress.Policy{Mode: egress.Mode(q.Get("network"))}
@@ -120,46 +120,46 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 	}
 	mr, err := r.MultipartReader()
 	if err != nil {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading multipart body: %v", err))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading multipart body: %v", err))
 		return
 	}
 	part, err := mr.NextPart()
 	if err != nil || part.FormName() != "dockerfile" {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "the first part of a build must be \"dockerfile\""))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "the first part of a build must be \"dockerfile\""))
 		return
 	}
 	data, err := io.ReadAll(io.LimitReader(part, maxBuildFile+1))
 	if err != nil {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the dockerfile part: %v", err))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading the dockerfile part: %v", err))
 		return
 	}
 	if len(data) > maxBuildFile {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "the Dockerfile is larger than %d bytes", maxBuildFile))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "the Dockerfile is larger than %d bytes", maxBuildFile))
 		return
 	}
 	file, err := image.ParseBuildFile(bytes.NewReader(data))
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	name := r.PathValue("name")
 	if err := svc.CheckName(name); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	var buildContext io.Reader
 	switch part, err := mr.NextPart(); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading multipart body: %v", err))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading multipart body: %v", err))
 		return
 	case part.FormName() != "context":
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "unexpected part %q after the dockerfile (want \"context\")", part.FormName()))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unexpected part %q after the dockerfile (want \"context\")", part.FormName()))
 		return
 	default:
 		buildContext = part
 	}
-	out := newEventStream(w)
+	out := newEventStream(w, s.redactor(r))
 	t, err := svc.Build(r.Context(), name, images.BuildOptions{
 		File: file, Context: buildContext, Args: args, Platform: q.Get("platform"), Insecure: insecure,
 		Out: out, Progress: out.progress, Network: network,
@@ -185,12 +185,13 @@ func boolParam(q url.Values, name string) (bool, error) {
 // error response.
 type eventStream struct {
 	*eventWriter
-	lazy *lazyHeader
+	lazy   *lazyHeader
+	redact func(error) error // what the client may see of an error
 }
 
-func newEventStream(w http.ResponseWriter) *eventStream {
+func newEventStream(w http.ResponseWriter, redact func(error) error) *eventStream {
 	lazy := &lazyHeader{w: w}
-	return &eventStream{eventWriter: &eventWriter{w: lazy, rc: http.NewResponseController(w)}, lazy: lazy}
+	return &eventStream{eventWriter: &eventWriter{w: lazy, rc: http.NewResponseController(w)}, lazy: lazy, redact: redact}
 }
 
 func (e *eventStream) progress(p image.Progress) {
@@ -204,10 +205,10 @@ func (e *eventStream) finish(r *http.Request, t sandbox.Template, err error) {
 	e.flushLine()
 	switch {
 	case err != nil && !e.lazy.started:
-		wire.WriteError(e.lazy.w, err)
+		wire.WriteError(e.lazy.w, e.redact(err))
 	case err != nil:
 		if r.Context().Err() == nil {
-			e.send(BuildEvent{Type: "error", Error: &errorDetail{Code: errdefs.Code(err), Message: err.Error()}})
+			e.send(BuildEvent{Type: "error", Error: (*errorDetail)(errorOf(e.redact(err)))})
 		}
 	default:
 		e.send(BuildEvent{Type: "done", Template: &t})

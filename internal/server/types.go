@@ -1,10 +1,8 @@
 package server
 
 import (
-	"math"
 	"time"
 
-	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/storage"
@@ -99,27 +97,25 @@ type CreateRequest struct {
 
 // spec checks r and returns the sandbox spec it asks for.
 func (r CreateRequest) spec() (sandbox.Spec, error) {
-	if r.CPUs < 0 || r.MemoryMB < 0 || r.Pids < 0 || r.DiskMB < 0 || (r.Timeout != nil && *r.Timeout < 0) || r.IdleTimeout < 0 {
-		return sandbox.Spec{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids, disk_mb, timeout and idle_timeout must not be negative")
-	}
+	var f fields
 	s := sandbox.Spec{
 		FromSnapshot: r.FromSnapshot,
 		Template:     r.Template,
 		Runtime:      r.Runtime,
-		MilliCPUs:    int64(math.Round(r.CPUs * 1000)),
-		MemoryBytes:  r.MemoryMB << 20,
-		Pids:         r.Pids,
-		DiskBytes:    r.DiskMB << 20,
+		MilliCPUs:    f.cpus(r.CPUs),
+		MemoryBytes:  f.opt(sandbox.RangeMemory, r.MemoryMB),
+		Pids:         f.opt(sandbox.RangePids, r.Pids),
+		DiskBytes:    f.opt(sandbox.RangeDisk, r.DiskMB),
+		Timeout:      f.seconds(sandbox.RangeTimeout, r.Timeout),
 		Env:          r.Env,
 		Metadata:     r.Metadata,
 		Pool:         r.Pool,
-		IdleTimeout:  time.Duration(r.IdleTimeout) * time.Second,
+		IdleTimeout:  time.Duration(f.opt(sandbox.RangeIdleTimeout, r.IdleTimeout)),
 		OnDeadline:   sandbox.Action(r.OnDeadline),
 		OnIdle:       sandbox.Action(r.OnIdle),
 	}
-	if r.Timeout != nil {
-		d := time.Duration(*r.Timeout) * time.Second
-		s.Timeout = &d
+	if f.err != nil {
+		return sandbox.Spec{}, f.err
 	}
 	var err error
 	if s.Network, err = r.Network.policy(); err != nil {

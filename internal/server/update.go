@@ -1,19 +1,17 @@
 package server
 
 import (
-	"math"
 	"net/http"
-	"time"
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 // UpdateRequest is the body of PATCH /v1/sandboxes/{id}: new limits for a
-// running or paused sandbox, and new lifecycle timers. Omitted fields keep
-// their value; the disk limit cannot change; idle_timeout 0 turns the idle
-// timeout off. The deadline changes only through /timeout.
+// running or paused sandbox, and new lifecycle timers, applied all or
+// nothing (sandbox.Manager.Update). Omitted fields keep their value; the
+// disk limit cannot change; idle_timeout 0 turns the idle timeout off. The
+// deadline changes only through /timeout.
 type UpdateRequest struct {
 	CPUs        float64 `json:"cpus,omitempty"`
 	MemoryMB    int64   `json:"memory_mb,omitempty"`
@@ -26,40 +24,33 @@ type UpdateRequest struct {
 func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) {
 	var req UpdateRequest
 	if err := decode(r, &req); err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
-	if req.CPUs < 0 || req.MemoryMB < 0 || req.Pids < 0 || (req.IdleTimeout != nil && *req.IdleTimeout < 0) {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus, memory_mb, pids and idle_timeout must not be negative"))
+	var f fields
+	u := sandbox.Update{
+		Limits: sandbox.Limits{
+			MilliCPUs:   f.cpus(req.CPUs),
+			MemoryBytes: f.opt(sandbox.RangeMemory, req.MemoryMB),
+			Pids:        f.opt(sandbox.RangePids, req.Pids),
+		},
+		Lifecycle: sandbox.Lifecycle{
+			IdleTimeout: f.seconds(sandbox.RangeIdleTimeout, req.IdleTimeout),
+			OnDeadline:  sandbox.Action(req.OnDeadline),
+			OnIdle:      sandbox.Action(req.OnIdle),
+		},
+	}
+	if f.err != nil {
+		s.writeError(w, r, f.err)
 		return
 	}
-	limits := req.CPUs != 0 || req.MemoryMB != 0 || req.Pids != 0
-	timers := req.IdleTimeout != nil || req.OnDeadline != "" || req.OnIdle != ""
-	if !limits && !timers {
-		wire.WriteError(w, errdefs.Errorf(errdefs.ErrInvalidArgument, "nothing to change: set cpus, memory_mb, pids, idle_timeout, on_deadline or on_idle"))
+	if u == (sandbox.Update{}) {
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "nothing to change: set cpus, memory_mb, pids, idle_timeout, on_deadline or on_idle"))
 		return
 	}
-	// Limits first: they are the change a runtime may refuse.
-	id := r.PathValue("id")
-	var sb sandbox.Sandbox
-	var err error
-	if limits {
-		sb, err = s.m.UpdateResources(r.Context(), id, sandbox.Limits{
-			MilliCPUs:   int64(math.Round(req.CPUs * 1000)),
-			MemoryBytes: req.MemoryMB << 20,
-			Pids:        req.Pids,
-		})
-	}
-	if err == nil && timers {
-		l := sandbox.Lifecycle{OnDeadline: sandbox.Action(req.OnDeadline), OnIdle: sandbox.Action(req.OnIdle)}
-		if req.IdleTimeout != nil {
-			d := time.Duration(*req.IdleTimeout) * time.Second
-			l.IdleTimeout = &d
-		}
-		sb, err = s.m.SetLifecycle(r.Context(), id, l)
-	}
+	sb, err := s.m.Update(r.Context(), r.PathValue("id"), u)
 	if err != nil {
-		wire.WriteError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))

@@ -1,7 +1,8 @@
 // Package wire holds the JSON shapes that cross Corral's process boundaries:
 // between the daemon and the in-sandbox agent, and between the daemon and its
 // API clients. The agent protocol and the public /v1 exec and file API use the
-// same shapes, so the daemon can pass most of them through unchanged.
+// same shapes, so the daemon can pass most of them through unchanged. What an
+// API client may be told of an error is decided by Redact.
 //
 // The public Go SDK (sdk/) declares its own copies of these shapes because it
 // must not import internal packages; a test keeps the two in step.

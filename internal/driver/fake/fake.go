@@ -40,6 +40,9 @@ type Config struct {
 	// FailDelete, when set, is called first by every Delete; a non-nil
 	// result fails the Delete (wrapped) and keeps the sandbox.
 	FailDelete func(id string) error
+	// FailUpdate, when set, is called first by every Update; a non-nil
+	// result fails the Update (wrapped) and keeps the limits.
+	FailUpdate func(id string) error
 	// Logger is passed to the in-process agents; nil discards.
 	Logger *slog.Logger
 }
@@ -318,6 +321,11 @@ func (d *Driver) transition(id, doing string, from, to driver.Status) error {
 // Update records new limits for a running sandbox.
 func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
 	d.record("Update", id)
+	if d.cfg.FailUpdate != nil {
+		if err := d.cfg.FailUpdate(id); err != nil {
+			return fmt.Errorf("updating container %s: %w", id, err)
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, ok := d.boxes[id]

@@ -680,10 +680,11 @@ func (d *Driver) simple(ctx context.Context, doing, id, verb string) error {
 }
 
 // Update replaces the sandbox's CPU, memory and pids limits, in its host
-// cgroup (with the overheads) and inside gVisor; zero fields lift a limit.
-// It writes the cgroup itself rather than through `runsc update`, which
-// leaves alone a cgroup it did not make and knows nothing of the limits
-// inside.
+// cgroup (with the overheads) and then inside gVisor, all or nothing: when
+// the limits inside cannot be set, the host cgroup's are put back. Zero
+// fields lift a limit. It writes the cgroup itself rather than through
+// `runsc update`, which leaves alone a cgroup it did not make and knows
+// nothing of the limits inside.
 func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
 	if err := ocirt.CheckID(id); err != nil {
 		return fmt.Errorf("updating sandbox %s: %w", id, err)
@@ -692,10 +693,14 @@ func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) erro
 	if err := cg.Exists(); err != nil {
 		return fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
-	if err := d.setCgroup(cg, r); err != nil {
+	undo, err := d.setCgroup(cg, r)
+	if err != nil {
 		return fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
 	if err := d.setInnerLimits(ctx, id, r, true); err != nil {
+		if uerr := undo(); uerr != nil {
+			err = fmt.Errorf("%w; restoring the host cgroup's limits: %w", err, uerr)
+		}
 		return fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
 	return nil

@@ -247,8 +247,8 @@ func readCgroup(t *testing.T, controller, p, file string) string {
 }
 
 // TestLimitsAndUpdate checks the host cgroup (the request plus the
-// overheads) and the limits seen and enforced inside, at create and after
-// Update.
+// overheads) and the limits seen and enforced inside, at create, after
+// Update and after an Update the kernel refuses half-way.
 func TestLimitsAndUpdate(t *testing.T) {
 	e := newEnv(t)
 	d := e.newDriver(t, nil)
@@ -294,6 +294,12 @@ func TestLimitsAndUpdate(t *testing.T) {
 	check(256<<20, 200000, 200, fmt.Sprintf("%d\n200\n50000\n", 256<<20))
 	if err := d.Update(ctx, id, driver.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, Pids: 50}); err != nil {
 		t.Fatal(err)
+	}
+	check(64<<20, 50000, 50, fmt.Sprintf("%d\n50\n50000\n", 64<<20))
+	// The kernel refuses a CPU quota under 1 ms after the memory limit
+	// was set: the update leaves every limit, outside and inside, as it was.
+	if err := d.Update(ctx, id, driver.Resources{MemoryBytes: 256 << 20, MilliCPUs: 1, Pids: 80}); err == nil {
+		t.Fatal("Update with a CPU quota of 100 µs per 100 ms succeeded")
 	}
 	check(64<<20, 50000, 50, fmt.Sprintf("%d\n50\n50000\n", 64<<20))
 	out, err := execOnce(ctx, d, id, `i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all`)

@@ -14,33 +14,21 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/corralrun/corral/internal/agent"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 )
 
-// cfsPeriod is the CFS period in microseconds; quotas are relative to it.
-const cfsPeriod = 100000
-
 // hostLimits are the limits of a sandbox's host cgroup for the requested
 // r; zero fields are unlimited. See the package documentation for the
 // overheads.
-type hostLimits struct {
-	memory, pids, cpuQuota int64
-}
-
-func (d *Driver) hostLimits(r driver.Resources) hostLimits {
-	var l hostLimits
+func (d *Driver) hostLimits(r driver.Resources) ocirt.Limits {
+	l := ocirt.LimitsOf(r)
 	if r.MemoryBytes > 0 {
-		l.memory = r.MemoryBytes + d.cfg.MemoryOverhead
+		l.MemoryBytes += d.cfg.MemoryOverhead
 	}
 	if r.Pids > 0 {
-		l.pids = r.Pids*hostTasksPerTask() + d.cfg.PidsOverhead
-	}
-	if r.MilliCPUs > 0 {
-		l.cpuQuota = r.MilliCPUs * cfsPeriod / 1000
+		l.Pids = r.Pids*hostTasksPerTask() + d.cfg.PidsOverhead
 	}
 	return l
 }
@@ -75,7 +63,8 @@ func (d *Driver) makeCgroup(id string, r driver.Resources) error {
 			return err
 		}
 	}
-	return d.setCgroup(cg, r)
+	_, err := d.setCgroup(cg, r)
+	return err
 }
 
 // makeV2 creates the v2 cgroup p and enables the memory, cpu and pids
@@ -94,59 +83,10 @@ func makeV2(p string) error {
 	return nil
 }
 
-// setCgroup writes the host limits for r into cg.
-func (d *Driver) setCgroup(cg ocirt.Cgroup, r driver.Resources) error {
-	l := d.hostLimits(r)
-	max := func(v int64, unlimited string) string {
-		if v > 0 {
-			return strconv.FormatInt(v, 10)
-		}
-		return unlimited
-	}
-	if cg.V2 {
-		dir := cg.Dir("")
-		for _, f := range []struct{ name, value string }{
-			{"memory.max", max(l.memory, "max")},
-			{"memory.swap.max", "0"},
-			{"cpu.max", max(l.cpuQuota, "max") + " " + strconv.Itoa(cfsPeriod)},
-			{"pids.max", max(l.pids, "max")},
-		} {
-			if err := writeCgroup(dir, f.name, f.value); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := d.setMemoryV1(cg.Dir("memory"), max(l.memory, "-1")); err != nil {
-		return err
-	}
-	cpu := cg.Dir("cpu")
-	if err := writeCgroup(cpu, "cpu.cfs_period_us", strconv.Itoa(cfsPeriod)); err != nil {
-		return err
-	}
-	if err := writeCgroup(cpu, "cpu.cfs_quota_us", max(l.cpuQuota, "-1")); err != nil {
-		return err
-	}
-	return writeCgroup(cg.Dir("pids"), "pids.max", max(l.pids, "max"))
-}
-
-// setMemoryV1 sets the memory limit and, with swap accounting, the same
-// memory+swap limit. The kernel keeps memsw.limit >= limit at every step,
-// so a cut writes the limit first and a raise writes memsw first.
-func (d *Driver) setMemoryV1(dir, limit string) error {
-	first, second := "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
-	if !d.host.SwapAccounting {
-		return writeCgroup(dir, first, limit)
-	}
-	if err := writeCgroup(dir, first, limit); errors.Is(err, unix.EINVAL) {
-		first, second = second, first
-		if err := writeCgroup(dir, first, limit); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	return writeCgroup(dir, second, limit)
+// setCgroup writes the host limits for r into cg, all or nothing
+// (ocirt.Cgroup.SetLimits).
+func (d *Driver) setCgroup(cg ocirt.Cgroup, r driver.Resources) (undo func() error, err error) {
+	return cg.SetLimits(d.hostLimits(r), d.host.SwapAccounting)
 }
 
 func writeCgroup(dir, file, value string) error {
@@ -206,8 +146,10 @@ func writeLimitsFile(path string, files [][2]string) error {
 
 // setInnerLimits writes r's limits inside gVisor (innerLimitFiles)
 // through the agent's file API, for a running or restored sandbox; a new
-// one's agent writes them itself before it serves (writeLimitsFile).
-// Cost: one round trip through the agent per file, a few milliseconds.
+// one's agent writes them itself before it serves (writeLimitsFile). When
+// one cannot be written, those written before it get their earlier values
+// back. Cost: two round trips through the agent per file (the earlier
+// value, then the new one), a few milliseconds.
 func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resources, lift bool) error {
 	files := innerLimitFiles(r, lift)
 	if len(files) == 0 {
@@ -215,12 +157,36 @@ func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resourc
 	}
 	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
 	defer c.Close()
+	var done [][2]string // the files written, with their earlier values
 	for _, f := range files {
-		if _, err := c.WriteFile(ctx, f[0], 0o644, strings.NewReader(f[1])); err != nil {
-			return fmt.Errorf("setting %s inside gVisor: %w", f[0], err)
+		old, err := readInner(ctx, c, f[0])
+		if err == nil {
+			_, err = c.WriteFile(ctx, f[0], 0o644, strings.NewReader(f[1]))
 		}
+		if err == nil {
+			done = append(done, [2]string{f[0], old})
+			continue
+		}
+		err = fmt.Errorf("setting %s inside gVisor: %w", f[0], err)
+		for i := len(done) - 1; i >= 0; i-- {
+			if _, uerr := c.WriteFile(ctx, done[i][0], 0o644, strings.NewReader(done[i][1])); uerr != nil {
+				err = fmt.Errorf("%w; restoring %s inside gVisor: %w", err, done[i][0], uerr)
+			}
+		}
+		return err
 	}
 	return nil
+}
+
+// readInner reads a small file inside gVisor through the agent c.
+func readInner(ctx context.Context, c *agent.Client, name string) (string, error) {
+	r, _, err := c.ReadFile(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, 64))
+	return strings.TrimSpace(string(b)), err
 }
 
 // innerPidsTimeout bounds innerPids: a paused sandbox's agent does not
@@ -238,15 +204,10 @@ func (d *Driver) innerPids(ctx context.Context, id string) int64 {
 	defer cancel()
 	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
 	defer c.Close()
-	r, _, err := c.ReadFile(ctx, path.Join(innerCgroup, "pids", "pids.current"))
+	v, err := readInner(ctx, c, path.Join(innerCgroup, "pids", "pids.current"))
 	if err != nil {
 		return 0
 	}
-	defer r.Close()
-	b, err := io.ReadAll(io.LimitReader(r, 32))
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	n, _ := strconv.ParseInt(v, 10, 64)
 	return n
 }

@@ -596,19 +596,22 @@ func (d *Driver) freeze(ctx context.Context, doing, id string, frozen bool) erro
 	return nil
 }
 
-// Update replaces the container's CPU, memory and pids limits; zero fields
-// lift a limit. Lowering memory below current usage makes the kernel
-// reclaim or OOM-kill inside the sandbox.
+// Update replaces the container's CPU, memory and pids limits, all or
+// nothing (ocirt.Cgroup.SetLimits); zero fields lift a limit. Lowering
+// memory below current usage makes the kernel reclaim or OOM-kill inside
+// the sandbox. It writes the cgroup files itself rather than through `runc
+// update`, which sets one file after the other and leaves those it set
+// when a later one fails; runc's record of the limits in its state keeps
+// the values of the create, which the driver never reads back.
 func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
 	if err := ocirt.CheckID(id); err != nil {
 		return fmt.Errorf("updating container %s: %w", id, err)
 	}
-	doc, err := json.Marshal(updateResources(r, d.host))
-	if err != nil {
-		return fmt.Errorf("updating container %s: %w", id, err)
+	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err != nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "updating container %s: not found", id)
 	}
-	if _, err := d.cli.Run(ctx, doc, "update", "-r", "-", id); err != nil {
-		return fmt.Errorf("updating container %s: %w", id, ocirt.Classify(err))
+	if _, err := d.cgroup(id).SetLimits(ocirt.LimitsOf(r), d.host.SwapAccounting); err != nil {
+		return fmt.Errorf("updating container %s: %w", id, err)
 	}
 	return nil
 }

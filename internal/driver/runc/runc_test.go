@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -266,6 +267,63 @@ func TestUpdateAndLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(128<<20, 200000, 200)
+}
+
+// TestUpdateAllOrNothing makes the kernel refuse the second limit of an
+// update (a CPU quota under its 1 ms minimum) after the first (memory) was
+// set, and checks that the container keeps every limit it had, on v1 and
+// v2.
+func TestUpdateAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	ctx := t.Context()
+	id := "half"
+	before := driver.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, Pids: 100}
+	if err := d.Create(ctx, driver.Spec{ID: id, RootFS: testutil.BusyboxRootfs(t), Resources: before}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Delete(context.Background(), id) })
+	want := cgroupLimits(t, d.cgroup(id), d.host.SwapAccounting)
+	if want["memory"] != strconv.Itoa(64<<20) {
+		t.Fatalf("limits after create: %v", want)
+	}
+	err := d.Update(ctx, id, driver.Resources{MemoryBytes: 128 << 20, MilliCPUs: 1, Pids: 200})
+	if err == nil {
+		t.Fatal("Update with a CPU quota of 100 µs per 100 ms succeeded")
+	}
+	if got := cgroupLimits(t, d.cgroup(id), d.host.SwapAccounting); !maps.Equal(got, want) {
+		t.Errorf("limits after a refused update = %v, want %v (%v)", got, want, err)
+	}
+	if err := d.Update(ctx, id, driver.Resources{MemoryBytes: 128 << 20, MilliCPUs: 1000, Pids: 200}); err != nil {
+		t.Fatalf("Update after a refused one: %v", err)
+	}
+	if got := cgroupLimits(t, d.cgroup(id), d.host.SwapAccounting); got["memory"] != strconv.Itoa(128<<20) || got["pids"] != "200" {
+		t.Errorf("limits after an update = %v", got)
+	}
+}
+
+// cgroupLimits reads the limit files of cg that Update sets, v1 or v2.
+func cgroupLimits(t *testing.T, cg ocirt.Cgroup, swap bool) map[string]string {
+	t.Helper()
+	read := func(controller, file string) string {
+		b, err := os.ReadFile(filepath.Join(cg.Dir(controller), file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if cg.V2 {
+		return map[string]string{"memory": read("", "memory.max"), "cpu": read("", "cpu.max"), "pids": read("", "pids.max")}
+	}
+	l := map[string]string{
+		"memory": read("memory", "memory.limit_in_bytes"),
+		"cpu":    read("cpu", "cpu.cfs_quota_us") + " " + read("cpu", "cpu.cfs_period_us"),
+		"pids":   read("pids", "pids.max"),
+	}
+	if swap {
+		l["memsw"] = read("memory", "memory.memsw.limit_in_bytes")
+	}
+	return l
 }
 
 // TestTakeOver checks that a second driver on the same root (a restarted

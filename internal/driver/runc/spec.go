@@ -324,9 +324,6 @@ func mounts(h Host) []specs.Mount {
 	}
 }
 
-// cfsPeriod is the CFS period in microseconds; quotas are relative to it.
-const cfsPeriod = 100000
-
 // resources turns the sandbox limits into cgroup settings. Zero limits are
 // left out (unlimited). Devices: deny everything here; runc adds its
 // default allow list for the standard nodes (/dev/null, zero, full, random,
@@ -352,41 +349,13 @@ func resources(r driver.Resources, h Host) *specs.LinuxResources {
 		out.Memory = m
 	}
 	if r.MilliCPUs > 0 {
-		quota := r.MilliCPUs * cfsPeriod / 1000
-		period := uint64(cfsPeriod)
+		quota := ocirt.LimitsOf(r).CPUQuota
+		period := uint64(ocirt.CFSPeriod)
 		out.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	if r.Pids > 0 {
 		pids := r.Pids
 		out.Pids = &specs.LinuxPids{Limit: &pids}
-	}
-	return out
-}
-
-// updateResources is the `runc update -r` document for r: unlike at
-// create, a zero limit must be written as "unlimited" (-1) to lift an
-// earlier limit.
-func updateResources(r driver.Resources, h Host) *specs.LinuxResources {
-	unlimited := int64(-1)
-	memory, quota, pids := unlimited, unlimited, unlimited
-	if r.MemoryBytes > 0 {
-		memory = r.MemoryBytes
-	}
-	if r.MilliCPUs > 0 {
-		quota = r.MilliCPUs * cfsPeriod / 1000
-	}
-	if r.Pids > 0 {
-		pids = r.Pids
-	}
-	period := uint64(cfsPeriod)
-	out := &specs.LinuxResources{
-		Memory: &specs.LinuxMemory{Limit: &memory},
-		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
-		Pids:   &specs.LinuxPids{Limit: &pids},
-	}
-	if h.CgroupV2 || h.SwapAccounting {
-		swap := memory
-		out.Memory.Swap = &swap
 	}
 	return out
 }

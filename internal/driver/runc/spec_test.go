@@ -73,14 +73,6 @@ func TestOCISpecDefaults(t *testing.T) {
 	}
 }
 
-func TestUpdateResources(t *testing.T) {
-	h := Host{SwapAccounting: true}
-	r := updateResources(driver.Resources{MemoryBytes: 100, MilliCPUs: 500}, h)
-	if *r.Memory.Limit != 100 || *r.Memory.Swap != 100 || *r.CPU.Quota != 50000 || *r.Pids.Limit != -1 {
-		t.Errorf("updateResources = mem %d swap %d quota %d pids %d", *r.Memory.Limit, *r.Memory.Swap, *r.CPU.Quota, *r.Pids.Limit)
-	}
-}
-
 // With the filter compiled for the agent, the spec names no profile for
 // runc and the agent's argv carries the program.
 func TestOCISpecInitSeccomp(t *testing.T) {
