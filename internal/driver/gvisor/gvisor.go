@@ -353,7 +353,13 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 	}()
 	// runsc's own error for a missing root says nothing of it.
 	if fi, err := os.Stat(spec.RootFS); err != nil || !fi.IsDir() {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "root file system %s is not a directory (%v)", spec.RootFS, err)
+		// The reason without the path, which is the host's.
+		reason := "not a directory"
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			reason = pe.Err.Error()
+		}
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "root file system of sandbox %s: %s", id, reason)
 	}
 
 	userns, err := runc.RootUserNS(spec.RootFS)
@@ -812,10 +818,12 @@ func checkpointedArgs(dir string, args []string) ([]string, error) {
 	}
 	var recorded []string
 	if err := json.Unmarshal(b, &recorded); err != nil {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image %s: bad agent command line in %s: %v", dir, argsFile, err)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image: bad agent command line in %s: %v", argsFile, err)
 	}
 	if !slices.Equal(recorded, args) && !slices.Equal(recorded, legacy) {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image %s: taken with agent command line %q, which this version does not start", dir, recorded)
+		// The command line names host paths (the agent binary), so the
+		// message does not quote it.
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image: taken with an agent command line that this version does not start")
 	}
 	return recorded, nil
 }

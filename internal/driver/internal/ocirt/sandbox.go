@@ -32,7 +32,7 @@ func MakeSandboxDir(id, rootfs, dir, sock string) error {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "root file system %q is not an absolute path", rootfs)
 	}
 	if len(sock) > maxSocketPath {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "socket path %s is too long", sock)
+		return fmt.Errorf("socket path %s is too long", sock)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
