@@ -307,16 +307,26 @@ func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource,
 // sandbox keeps once running (driver.Spec.Started). It must not block.
 type startedFunc func(e *entry, c *agent.Client)
 
-// create makes the admitted sandbox sb on drv (see Create): a user's, or a
-// warm pool member; starting from src's files (and memory) when src is set.
-// started, when set, learns when the agent can take requests (startedFunc),
-// and the create then leaves the agent's first round trip to those
-// requests instead of warming its connection itself.
+// create makes the admitted sandbox sb on drv (see Create): a user's, a
+// fork's copy or a warm pool member; starting from src's files (and
+// memory) when src is set. started, when set, learns when the agent can
+// take requests (startedFunc), and the create then leaves the agent's
+// first round trip to those requests instead of warming its connection
+// itself.
 func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource, started startedFunc) (Sandbox, error) {
+	begin := time.Now()
 	// Admission before anything is acquired; forget gives the claim back.
-	if err := m.adm.reserve(ctx, sb.ID, claimOf(sb)); err != nil {
+	done, err := m.adm.reserve(ctx, sb.ID, claimOf(sb))
+	if err != nil {
 		return Sandbox{}, err
 	}
+	defer done()
+	return m.build(ctx, sb, drv, src, started, time.Since(begin))
+}
+
+// build is create once sb is admitted and holds a starting slot; waited
+// is how long admission took.
+func (m *Manager) build(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource, started startedFunc, waited time.Duration) (Sandbox, error) {
 	e := &entry{sb: sb}
 	e.op.Lock()
 	defer e.op.Unlock()
@@ -445,7 +455,7 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 	m.met.CreateSeconds.Observe(time.Since(start).Seconds(), sb.Runtime)
 	m.emit(events.Running, sb, nil)
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
-		"duration_ms", time.Since(start).Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
+		"duration_ms", time.Since(start).Milliseconds(), "wait_ms", waited.Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
 		"network_ms", net.done.Sub(start).Milliseconds(), "driver_ms", driverDone.Sub(setupDone).Milliseconds())
 	return sb, nil
 }
