@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,13 +331,15 @@ func (r *runner) coldStart(ctx context.Context, runtime string) ([]Row, []string
 }
 
 // burst starts opts.Burst creates at once, then execs `echo hi` in every
-// sandbox that came up, then deletes them all. Refusals (any error code)
-// are counted by code, not treated as a failure of the benchmark.
+// sandbox that came up, then deletes them all. A create must succeed (201)
+// or be refused with 503 and a Retry-After hint, as a daemon at capacity
+// answers; any other answer fails the scenario. The rate is the creates
+// that succeeded over the time until the last of them answered.
 func (r *runner) burst(ctx context.Context, runtime string) ([]Row, error) {
 	n := r.opts.Burst
 	lat := make([]time.Duration, n)
 	ids := make([]string, n)
-	codes := make([]string, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
 	for i := range n {
@@ -346,7 +349,7 @@ func (r *runner) burst(ctx context.Context, runtime string) ([]Row, error) {
 			sb, err := r.create(ctx)
 			lat[i] = time.Since(start)
 			if err != nil {
-				codes[i] = errCode(err)
+				errs[i] = err
 				return
 			}
 			ids[i] = sb.ID
@@ -355,18 +358,23 @@ func (r *runner) burst(ctx context.Context, runtime string) ([]Row, error) {
 	start := time.Now()
 	close(gate)
 	wg.Wait()
-	wall := time.Since(start)
 
 	var ok []time.Duration
 	var created []string
-	createErrs := map[string]int{}
+	var refused int
+	var last time.Duration // until the last success
+	others := map[string]int{}
 	for i := range n {
-		if ids[i] == "" {
-			createErrs[codes[i]]++
-			continue
+		switch {
+		case ids[i] != "":
+			ok = append(ok, lat[i])
+			created = append(created, ids[i])
+			last = max(last, lat[i])
+		case isRefusal(errs[i]):
+			refused++
+		default:
+			others[errCode(errs[i])]++
 		}
-		ok = append(ok, lat[i])
-		created = append(created, ids[i])
 	}
 	var execFailed atomic.Int64
 	for _, id := range created {
@@ -381,25 +389,48 @@ func (r *runner) burst(ctx context.Context, runtime string) ([]Row, error) {
 	delErr := r.delMany(ctx, created, 8)
 
 	row := latencyRow(ScenarioBurst, runtime, ok)
-	rate := float64(len(ok)) / wall.Seconds()
-	row.Extra = fmt.Sprintf("%d concurrent: %d ok in %.2f s wall, %.1f creates/s; create errors: %s; exec errors: %d",
-		n, len(ok), wall.Seconds(), rate, fmtCounts(createErrs), execFailed.Load())
-	row.Metrics = map[string]float64{"wall_s": wall.Seconds(), "creates_per_s": rate,
-		"exec_errors": float64(execFailed.Load())}
-	for code, k := range createErrs {
-		row.Metrics["create_errors_"+code] = float64(k)
+	var rate float64
+	if last > 0 {
+		rate = float64(len(ok)) / last.Seconds()
+	}
+	other := n - len(ok) - refused
+	otherText := "0 other"
+	if other > 0 {
+		otherText = fmt.Sprintf("%d other (%s)", other, fmtCounts(others))
+	}
+	row.Extra = fmt.Sprintf("%d concurrent: %d created (201), %d refused (503 with Retry-After), %s; %.1f creates/s over %.2f s; exec errors: %d",
+		n, len(ok), refused, otherText, rate, last.Seconds(), execFailed.Load())
+	row.Metrics = map[string]float64{"created": float64(len(ok)), "refused": float64(refused), "other": float64(other),
+		"creates_per_s": rate, "wall_s": time.Since(start).Seconds(), "exec_errors": float64(execFailed.Load())}
+	var err error
+	if other > 0 {
+		err = fmt.Errorf("%s: %d of %d creates answered neither 201 nor 503 with Retry-After: %s", ScenarioBurst, other, n, fmtCounts(others))
+	}
+	if execFailed.Load() > 0 {
+		err = errors.Join(err, fmt.Errorf("%s: exec failed in %d of %d sandboxes", ScenarioBurst, execFailed.Load(), len(created)))
 	}
 	if delErr != nil {
-		return []Row{row}, fmt.Errorf("%s: %w", ScenarioBurst, delErr)
+		err = errors.Join(err, fmt.Errorf("%s: %w", ScenarioBurst, delErr))
 	}
-	return []Row{row}, nil
+	if err != nil {
+		row.Extra += "; error: " + err.Error()
+	}
+	return []Row{row}, err
 }
 
-// errCode names an error for the burst's counts: the daemon's code, or
-// what kind of client-side failure it was.
+// isRefusal reports whether err is a daemon at capacity asking to retry
+// later: 503 with a Retry-After hint.
+func isRefusal(err error) bool {
+	var e *corral.Error
+	return errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0
+}
+
+// errCode names an error for the burst's counts: the daemon's status and
+// code, or what kind of client-side failure it was.
 func errCode(err error) string {
-	if code := corral.ErrorCode(err); code != "" {
-		return code
+	var e *corral.Error
+	if errors.As(err, &e) {
+		return fmt.Sprintf("%d_%s", e.Status, e.Code)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return "canceled"

@@ -88,7 +88,7 @@ func TestRunAgainstDaemon(t *testing.T) {
 	if pools, err := c.Pools(ctx); err != nil || len(pools) != 0 {
 		t.Errorf("pools left after Run: %v (err %v)", pools, err)
 	}
-	if b := byScenario[ScenarioBurst+"/runc"]; b.N != 5 {
+	if b := byScenario[ScenarioBurst+"/runc"]; b.N != 5 || b.Metrics["created"] != 5 || b.Metrics["creates_per_s"] <= 0 {
 		t.Errorf("burst created %d of 5: %s", b.N, b.Extra)
 	}
 	d := byScenario[ScenarioDensity+"/runc"]

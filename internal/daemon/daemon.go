@@ -125,7 +125,9 @@ type Config struct {
 	// ask for (0: no maximum).
 	ExecOutput, MaxExecOutput int64
 	// Admission bounds the sandboxes the daemon accepts: host capacity,
-	// per API key limits and a wait queue (sandbox.Admission; zero: none).
+	// per API key limits, starting slots and their wait queue
+	// (sandbox.Admission; zero: none, while `corral server` bounds the
+	// starting slots by default).
 	Admission sandbox.Admission
 	// Pools are warm pools defined (or changed) at every start, next to
 	// those defined through the API, which the store keeps.

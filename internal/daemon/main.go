@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +69,9 @@ func Main(args []string, version string) int {
 	fs.IntVar(&cfg.Admission.MaxPerPrincipal, "max-per-key", 0, "most sandboxes one API key (or the unix socket) may have or be creating at once; more answer 429 (0: no limit)")
 	fs.IntVar(&cfg.Admission.QueueLength, "admission-queue", 0, "creates that may wait for capacity instead of failing at once (needs --admission-wait)")
 	fs.DurationVar(&cfg.Admission.MaxWait, "admission-wait", 0, "longest a create waits in the admission queue before 503 busy")
+	fs.IntVar(&cfg.Admission.MaxStarting, "max-starting", runtime.NumCPU()*sandbox.StartingPerCPU, "creates started at once (storage, runtime, agent ready); more wait in the start queue (0: no limit; default: 2 per CPU)")
+	fs.IntVar(&cfg.Admission.StartQueueLength, "start-queue", runtime.NumCPU()*sandbox.StartQueuePerCPU, "creates that may wait for a starting slot; more answer 503 busy (0: none wait; default: 32 per CPU)")
+	fs.DurationVar(&cfg.Admission.StartWait, "start-wait", sandbox.DefaultStartWait, "longest a create waits for a starting slot before 503 busy")
 	fs.IntVar(&cfg.PoolConcurrency, "pool-concurrency", 2, "warm pool sandboxes created at once, over all pools")
 	fs.DurationVar(&cfg.PoolRefillDelay, "pool-refill-delay", 250*time.Millisecond, "how long a pool waits after a claim before it replaces the member, so that the claimer's first requests get the CPUs (0: at once)")
 	fs.Var(poolsFlag{&cfg.Pools}, "pool", "warm pool name=NAME,template=T[,runtime=R][,size=N][,cpus=C][,memory=M][,pids=N][,disk=D][,network=MODE] (repeatable)")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,14 @@ import (
 // limit is the caller's own: a create over it fails at once with
 // errdefs.ErrResourceExhausted (HTTP 429). Both carry a retry hint
 // (errdefs.RetryAfter).
+//
+// MaxStarting bounds the creates that run at once, from storage to the
+// agent's ready answer: a create that fits host capacity takes its share
+// of it, then waits in the same FIFO queue for a starting slot (up to
+// StartQueueLength waiters, each for StartWait) or is refused with
+// errdefs.ErrBusy. Creates of warm pool members take slots too, but only
+// when no other create waits for one, and do not count against
+// StartQueueLength (the pool's own concurrency bounds them).
 type Admission struct {
 	// MaxSandboxes bounds the sandboxes that exist or are being created.
 	MaxSandboxes int
@@ -47,9 +56,31 @@ type Admission struct {
 	// capacity fails at once.
 	QueueLength int
 	MaxWait     time.Duration
+	// MaxStarting bounds the creates being started at once: more would
+	// share the host's CPUs so thinly that each runs past its runtime's
+	// start timeout (see StartingPerCPU).
+	MaxStarting int
+	// StartQueueLength is how many creates may wait for a starting slot
+	// at once and StartWait how long each may wait (required with a
+	// queue); without a queue a create that finds every slot taken fails
+	// at once.
+	StartQueueLength int
+	StartWait        time.Duration
 	// RetryAfter is the hint sent with refusals (default 1s).
 	RetryAfter time.Duration
 }
+
+// The starting limits of a daemon that names none: per CPU this process
+// may use, the creates started at once and those that may wait for a
+// slot, and how long each may wait. A runc create keeps a CPU busy for
+// tens of milliseconds and a gVisor one for a few hundred, so these keep
+// every start far inside the runtimes' start timeout (10 s), and a full
+// queue drains within StartWait.
+const (
+	StartingPerCPU   = 2
+	StartQueuePerCPU = 32
+	DefaultStartWait = 10 * time.Second
+)
 
 // The reasons of admission refusals, as counted in metrics.
 const (
@@ -59,6 +90,11 @@ const (
 	RefusedPrincipal = "per_principal"
 	RefusedQueueFull = "queue_full"
 	RefusedWait      = "wait_timeout"
+	// Refusals for want of a starting slot: every slot taken and no start
+	// queue, the start queue full, the wait for a slot too long.
+	RefusedStarting       = "starting"
+	RefusedStartQueueFull = "start_queue_full"
+	RefusedStartWait      = "start_wait_timeout"
 )
 
 type principalKey struct{}
@@ -88,16 +124,24 @@ type claim struct {
 	mem, cpu  int64
 }
 
+// waiter is a create in the admission queue: it waits for its claim of
+// host capacity, then for a starting slot.
 type waiter struct {
-	id       string
-	c        claim
-	ready    chan struct{} // closed when admitted
-	admitted bool          // under admitter.mu
+	id      string
+	c       claim
+	claimed chan struct{} // closed when it holds its claim
+	ready   chan struct{} // closed when admitted: it holds a slot too
+	// Under admitter.mu.
+	hasClaim, admitted bool
 }
 
+// pool reports whether w makes a warm pool member, which yields its
+// place in the queue for a slot to every other create.
+func (w *waiter) pool() bool { return w.c.principal == poolPrincipal }
+
 // admitter keeps the admission budget: one claim per sandbox that exists
-// or is being created, and the FIFO queue of creates waiting for host
-// capacity. Methods are safe for concurrent use.
+// or is being created, the starting slots, and the FIFO queue of creates
+// waiting for either. Methods are safe for concurrent use.
 type admitter struct {
 	cfg            Admission
 	memCap, cpuCap int64 // 0: no bound
@@ -109,16 +153,24 @@ type admitter struct {
 	count    int
 	mem, cpu int64
 	perKey   map[string]int // claims and waiters per principal
+	starting int            // slots taken
 	queue    []*waiter
 }
 
 func newAdmitter(cfg Admission) (*admitter, error) {
 	if cfg.MaxSandboxes < 0 || cfg.MaxPerPrincipal < 0 || cfg.QueueLength < 0 || cfg.MaxWait < 0 ||
-		cfg.MemoryCommitRatio < 0 || cfg.CPUCommitRatio < 0 {
+		cfg.MemoryCommitRatio < 0 || cfg.CPUCommitRatio < 0 ||
+		cfg.MaxStarting < 0 || cfg.StartQueueLength < 0 || cfg.StartWait < 0 {
 		return nil, errors.New("admission limits must not be negative")
 	}
 	if (cfg.QueueLength > 0) != (cfg.MaxWait > 0) {
 		return nil, errors.New("an admission queue needs both a length and a maximum wait")
+	}
+	if cfg.StartQueueLength > 0 && cfg.StartWait == 0 {
+		return nil, errors.New("a start queue needs a maximum wait")
+	}
+	if cfg.StartQueueLength == 0 {
+		cfg.StartWait = 0
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
@@ -164,73 +216,147 @@ func hostMemory() (int64, error) {
 	return 0, errors.New("reading host memory: no MemTotal in /proc/meminfo")
 }
 
-// reserve takes a claim for sandbox id, made for ctx's principal, or
-// refuses it. It may wait for host capacity (see Admission). On success
-// the caller owns the claim and must release it.
-func (a *admitter) reserve(ctx context.Context, id string, c claim) error {
+// reserve takes a claim for sandbox id, made for ctx's principal, and a
+// starting slot, or refuses them. It may wait for either (see Admission).
+// On success the caller owns the claim, which it must release, and the
+// slot, which it gives back by calling started once the create is done.
+func (a *admitter) reserve(ctx context.Context, id string, c claim) (started func(), err error) {
 	a.mu.Lock()
 	if a.memCap > 0 && c.mem > a.memCap {
 		a.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "memory %d bytes exceeds the host's capacity for sandboxes (%d bytes)", c.mem, a.memCap)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "memory %d bytes exceeds the host's capacity for sandboxes (%d bytes)", c.mem, a.memCap)
 	}
 	if a.cpuCap > 0 && c.cpu > a.cpuCap {
 		a.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus %d millicpus exceed the host's capacity for sandboxes (%d millicpus)", c.cpu, a.cpuCap)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "cpus %d millicpus exceed the host's capacity for sandboxes (%d millicpus)", c.cpu, a.cpuCap)
 	}
 	if n := a.cfg.MaxPerPrincipal; n > 0 && c.principal != poolPrincipal && a.perKey[c.principal] >= n {
 		a.mu.Unlock()
 		a.onRefuse(RefusedPrincipal)
-		return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrResourceExhausted,
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrResourceExhausted,
 			"too many sandboxes for this caller (API key, or the unix socket): at most %d may exist or be in creation at once", n), a.cfg.RetryAfter)
 	}
 	a.perKey[c.principal]++
-	// Strict FIFO: a create does not overtake the ones already waiting.
+	w := &waiter{id: id, c: c, claimed: make(chan struct{}), ready: make(chan struct{})}
+	// Strict FIFO: a create takes capacity only when no one waits for it,
+	// and a slot only when dispatch left one free (no one waits for one).
+	capWaiters, slotWaiters := a.waiting()
 	reason := a.refusal(c)
-	if len(a.queue) == 0 && reason == "" {
+	if capWaiters == 0 && reason == "" {
 		a.take(id, c)
-		a.mu.Unlock()
-		return nil
+		w.hasClaim = true
+		close(w.claimed)
+		if a.slotFree() {
+			a.starting++
+			a.mu.Unlock()
+			return a.started, nil
+		}
 	}
-	// newAdmitter checked that a queue has both a length and a wait.
-	if queueing := a.cfg.QueueLength > 0; !queueing || len(a.queue) >= a.cfg.QueueLength {
-		a.dropKey(c.principal)
-		a.mu.Unlock()
-		if queueing {
+	// newAdmitter checked that each queue has a wait.
+	switch {
+	case !w.hasClaim && (a.cfg.QueueLength == 0 || capWaiters >= a.cfg.QueueLength):
+		if a.cfg.QueueLength > 0 {
 			reason = RefusedQueueFull
 		}
-		return a.busy(reason)
+		a.dropKey(c.principal)
+		a.mu.Unlock()
+		return nil, a.busy(reason)
+	case w.hasClaim && (a.cfg.StartQueueLength == 0 || !w.pool() && slotWaiters >= a.cfg.StartQueueLength):
+		reason = RefusedStarting
+		if a.cfg.StartQueueLength > 0 {
+			reason = RefusedStartQueueFull
+		}
+		a.releaseLocked(id)
+		a.mu.Unlock()
+		return nil, a.busy(reason)
 	}
-	w := &waiter{id: id, c: c, ready: make(chan struct{})}
 	a.queue = append(a.queue, w)
 	a.onQueue(len(a.queue))
 	a.mu.Unlock()
+	return a.wait(ctx, w)
+}
 
-	t := time.NewTimer(a.cfg.MaxWait)
+// wait waits for queued w to be admitted: up to MaxWait for its claim,
+// then up to StartWait for a slot. A create that gives up leaves the
+// queue and gives back what it holds.
+func (a *admitter) wait(ctx context.Context, w *waiter) (func(), error) {
+	claimed, d := w.claimed, a.cfg.MaxWait
+	if a.holdsClaim(w) {
+		claimed, d = nil, a.cfg.StartWait
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
-	var err error
-	select {
-	case <-w.ready:
-		return nil
-	case <-t.C:
-		err = a.busy(RefusedWait)
-	case <-ctx.Done():
-		err = fmt.Errorf("waiting for capacity: %w", ctx.Err())
+	var reason string // of a refusal, or "" when ctx ended the wait
+	for waiting := true; waiting; {
+		select {
+		case <-w.ready:
+			return a.started, nil
+		case <-claimed:
+			claimed = nil
+			t.Reset(a.cfg.StartWait)
+		case <-t.C:
+			switch {
+			case claimed == nil:
+				reason, waiting = RefusedStartWait, false
+			case a.holdsClaim(w): // the claim came as the wait for it ended
+				claimed = nil
+				t.Reset(a.cfg.StartWait)
+			default:
+				reason, waiting = RefusedWait, false
+			}
+		case <-ctx.Done():
+			waiting = false
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w.admitted { // admitted just as the wait ended: the caller owns it
-		return nil
+		return a.started, nil
 	}
-	for i, q := range a.queue {
-		if q == w {
-			a.queue = append(a.queue[:i], a.queue[i+1:]...)
-			break
+	a.queue = slices.DeleteFunc(a.queue, func(q *waiter) bool { return q == w })
+	if w.hasClaim {
+		a.releaseLocked(w.id) // and dispatch
+	} else {
+		a.dropKey(w.c.principal)
+		a.dispatch() // w may have been the one blocking the others
+	}
+	a.onQueue(len(a.queue))
+	if reason == "" {
+		return nil, fmt.Errorf("waiting for capacity: %w", ctx.Err())
+	}
+	return nil, a.busy(reason)
+}
+
+func (a *admitter) holdsClaim(w *waiter) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return w.hasClaim
+}
+
+// started gives back a starting slot and admits the next waiter.
+func (a *admitter) started() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.starting--
+	a.dispatch()
+}
+
+func (a *admitter) slotFree() bool {
+	return a.cfg.MaxStarting == 0 || a.starting < a.cfg.MaxStarting
+}
+
+// waiting counts the waiters without a claim, and those of creates other
+// than pool members that hold one and wait for a slot.
+func (a *admitter) waiting() (capacity, slot int) {
+	for _, w := range a.queue {
+		switch {
+		case !w.hasClaim:
+			capacity++
+		case !w.pool():
+			slot++
 		}
 	}
-	a.dropKey(c.principal)
-	a.onQueue(len(a.queue))
-	a.dispatch() // the head may have been the one blocking the others
-	return err
+	return capacity, slot
 }
 
 // poolPrincipal holds the claims of unclaimed warm pool members: they
@@ -293,6 +419,10 @@ func (a *admitter) busy(reason string) error {
 		RefusedCPU:       "the host's CPUs for sandboxes are fully committed",
 		RefusedQueueFull: "the server is at capacity and its admission queue is full",
 		RefusedWait:      fmt.Sprintf("the server stayed at capacity for %s", a.cfg.MaxWait),
+		RefusedStarting:  fmt.Sprintf("the server is starting as many sandboxes as it may at once (%d)", a.cfg.MaxStarting),
+		RefusedStartQueueFull: fmt.Sprintf("the server is starting as many sandboxes as it may at once (%d) and %d more wait to start",
+			a.cfg.MaxStarting, a.cfg.StartQueueLength),
+		RefusedStartWait: fmt.Sprintf("no starting slot came free within %s", a.cfg.StartWait),
 	}[reason]
 	return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrBusy, "%s; retry later", msg), a.cfg.RetryAfter)
 }
@@ -388,19 +518,46 @@ func (a *admitter) releaseLocked(id string) {
 	a.dispatch()
 }
 
-// dispatch admits waiters from the head of the queue while they fit.
+// dispatch hands out what is free: claims to the waiters without one, in
+// order, while host capacity allows; then slots to the waiters that hold
+// a claim, in order, every other create before pool members.
 func (a *admitter) dispatch() {
-	n := len(a.queue)
-	for len(a.queue) > 0 && a.refusal(a.queue[0].c) == "" {
-		w := a.queue[0]
-		a.queue = a.queue[1:]
+	for _, w := range a.queue {
+		if w.hasClaim {
+			continue
+		}
+		if a.refusal(w.c) != "" {
+			break
+		}
 		a.take(w.id, w.c)
+		w.hasClaim = true
+		close(w.claimed)
+	}
+	n := len(a.queue)
+	for a.slotFree() {
+		i := slices.IndexFunc(a.queue, func(w *waiter) bool { return w.hasClaim && !w.pool() })
+		if i < 0 {
+			i = slices.IndexFunc(a.queue, func(w *waiter) bool { return w.hasClaim })
+		}
+		if i < 0 {
+			break
+		}
+		w := a.queue[i]
+		a.queue = slices.Delete(a.queue, i, i+1)
+		a.starting++
 		w.admitted = true
 		close(w.ready)
 	}
 	if len(a.queue) != n {
 		a.onQueue(len(a.queue))
 	}
+}
+
+// startingNow reports the slots taken, for tests and metrics.
+func (a *admitter) startingNow() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.starting
 }
 
 // usage reports the budget in use, for tests and metrics.

@@ -318,16 +318,58 @@ func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource,
 // sandbox keeps once running (driver.Spec.Started). It must not block.
 type startedFunc func(e *entry, c *agent.Client)
 
-// create makes the admitted sandbox sb on drv (see Create): a user's, or a
-// warm pool member; starting from src's files (and memory) when src is set.
-// started, when set, learns when the agent can take requests (startedFunc),
-// and the create then leaves the agent's first round trip to those
-// requests instead of warming its connection itself.
+// create makes the admitted sandbox sb on drv (see Create): a user's, a
+// fork's copy or a warm pool member; starting from src's files (and
+// memory) when src is set. started, when set, learns when the agent can
+// take requests (startedFunc), and the create then leaves the agent's
+// first round trip to those requests instead of warming its connection
+// itself.
+//
+// Every create with a sandbox ID passes here, so this is where one that
+// fails is logged, with its cause; the callers return the error without
+// logging it again.
 func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource, started startedFunc) (Sandbox, error) {
+	begin := time.Now()
 	// Admission before anything is acquired; forget gives the claim back.
-	if err := m.adm.reserve(ctx, sb.ID, claimOf(sb)); err != nil {
+	done, err := m.adm.reserve(ctx, sb.ID, claimOf(sb))
+	if err != nil {
+		m.logFailedCreate(ctx, sb, time.Since(begin), err)
 		return Sandbox{}, err
 	}
+	defer done()
+	out, err := m.build(ctx, sb, drv, src, started, time.Since(begin))
+	if err != nil {
+		m.logFailedCreate(ctx, sb, time.Since(begin), err)
+	}
+	return out, err
+}
+
+// logFailedCreate logs the create of sb that failed with err after d: a
+// refusal (the server busy, the caller over its limit) or a caller that
+// gave up as a warning, anything else as an error. A sandbox without an
+// ID is a create refused before it got one.
+func (m *Manager) logFailedCreate(ctx context.Context, sb Sandbox, d time.Duration, err error) {
+	level, msg := slog.LevelError, "sandbox create failed"
+	switch {
+	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, errdefs.ErrResourceExhausted):
+		level, msg = slog.LevelWarn, "sandbox create refused"
+	case ctx.Err() != nil:
+		level = slog.LevelWarn
+	}
+	var attrs []any
+	if sb.ID != "" {
+		attrs = append(attrs, "sandbox_id", sb.ID)
+	}
+	attrs = append(attrs, "runtime", sb.Runtime, "template", sb.Template, "duration_ms", d.Milliseconds(), "err", err)
+	if sb.Pool != "" {
+		attrs = append(attrs, "pool", sb.Pool)
+	}
+	m.log.Log(context.WithoutCancel(ctx), level, msg, attrs...)
+}
+
+// build is create once sb is admitted and holds a starting slot; waited
+// is how long admission took.
+func (m *Manager) build(ctx context.Context, sb Sandbox, drv driver.Driver, src *restoreSource, started startedFunc, waited time.Duration) (Sandbox, error) {
 	e := &entry{sb: sb}
 	e.op.Lock()
 	defer e.op.Unlock()
@@ -456,7 +498,7 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 	m.met.CreateSeconds.Observe(time.Since(start).Seconds(), sb.Runtime)
 	m.emit(events.Running, sb, nil)
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
-		"duration_ms", time.Since(start).Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
+		"duration_ms", time.Since(start).Milliseconds(), "wait_ms", waited.Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
 		"network_ms", net.done.Sub(start).Milliseconds(), "driver_ms", driverDone.Sub(setupDone).Milliseconds())
 	return sb, nil
 }

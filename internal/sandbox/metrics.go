@@ -27,7 +27,7 @@ type Metrics struct {
 	// AdmissionRefusals: creates refused by admission control, by reason
 	// (the Refused* constants).
 	AdmissionRefusals *metrics.Counter
-	// AdmissionQueue: creates waiting for capacity.
+	// AdmissionQueue: creates waiting for capacity or a starting slot.
 	AdmissionQueue *metrics.Gauge
 }
 
@@ -49,7 +49,7 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		PoolHits:          r.Counter("corral_pool_hits_total", "Creates served from a warm pool."),
 		PoolMisses:        r.Counter("corral_pool_misses_total", "Creates a warm pool could not serve."),
 		AdmissionRefusals: r.Counter("corral_admission_refusals_total", "Creates refused by admission control, by reason.", "reason"),
-		AdmissionQueue:    r.Gauge("corral_admission_queue_length", "Creates waiting for capacity."),
+		AdmissionQueue:    r.Gauge("corral_admission_queue_length", "Creates waiting for capacity or a starting slot."),
 	}
 	r.GaugeFunc("corral_sandboxes", "Sandboxes by state and runtime.", []string{"state", "runtime"}, func(_ context.Context, emit metrics.Emit) {
 		type key struct{ state, runtime string }
@@ -71,6 +71,9 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		emit(float64(count), "sandboxes")
 		emit(float64(mem), "memory_bytes")
 		emit(float64(cpu), "millicpus")
+	})
+	r.GaugeFunc("corral_admission_starting", "Creates being started now, within the limit of starting slots.", nil, func(_ context.Context, emit metrics.Emit) {
+		emit(float64(m.adm.startingNow()))
 	})
 	r.GaugeFunc("corral_pool_size", "Warm sandboxes ready to be claimed, by pool.", []string{"pool"}, func(_ context.Context, emit metrics.Emit) {
 		m.pools.mu.Lock()

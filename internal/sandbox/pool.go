@@ -303,9 +303,6 @@ func (m *Manager) fill(ctx context.Context, p *pool, def Pool, gen int) {
 		p.retryAt = m.cfg.Now().Add(poolBackoff(p.failures))
 	}
 	m.pools.mu.Unlock()
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("refilling warm pool", "pool", def.Name, "err", err)
-	}
 	if err == nil && !keep {
 		m.deleteMembers(context.WithoutCancel(ctx), []string{id})
 	}
@@ -313,11 +310,12 @@ func (m *Manager) fill(ctx context.Context, p *pool, def Pool, gen int) {
 }
 
 // makeMember creates a sandbox for pool def and waits until its agent
-// answers.
+// answers. It logs why it failed, unless create did.
 func (m *Manager) makeMember(ctx context.Context, def Pool) (string, error) {
 	sb, drv, err := m.admit(Spec{Template: def.Template, Runtime: def.Runtime, MilliCPUs: def.MilliCPUs,
 		MemoryBytes: def.MemoryBytes, Pids: def.Pids, DiskBytes: def.DiskBytes, Network: egress.Policy{Mode: def.Network}})
 	if err != nil {
+		m.log.Warn("refilling warm pool", "pool", def.Name, "err", err)
 		return "", err
 	}
 	sb.Pool, sb.Deadline = def.Name, time.Time{}
@@ -326,6 +324,9 @@ func (m *Manager) makeMember(ctx context.Context, def Pool) (string, error) {
 		return "", err
 	}
 	if err := m.ping(ctx, sb.ID, 10*time.Second); err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("refilling warm pool", "pool", def.Name, "sandbox_id", sb.ID, "err", err)
+		}
 		m.deleteMembers(context.WithoutCancel(ctx), []string{sb.ID})
 		return "", err
 	}
@@ -502,6 +503,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Spec, Sandbox, bool, er
 	start := time.Now()
 	for {
 		if err := m.adm.reserveKey(want.Owner); err != nil {
+			m.logFailedCreate(ctx, Sandbox{Runtime: want.Runtime, Template: want.Template}, time.Since(start), err)
 			return spec, Sandbox{}, false, err
 		}
 		id, pool := m.takeMember(want, spec.Pool)

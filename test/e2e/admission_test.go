@@ -30,33 +30,8 @@ func TestAdmissionUnderLoad(t *testing.T) {
 		"--default-memory", "32M", "--default-cpus", "0.1", "--default-pids", "64")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		created []string
-		refused int
-	)
-	start := time.Now()
-	for range tries {
-		wg.Go(func() {
-			sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb"})
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				created = append(created, sb.ID)
-				return
-			}
-			var e *corral.Error
-			if !errors.As(err, &e) || e.Status != 503 || e.Code != corral.CodeBusy || e.RetryAfter < time.Second {
-				t.Errorf("create: %v (%#v), want success or 503 busy with Retry-After", err, e)
-				return
-			}
-			refused++
-		})
-	}
-	wg.Wait()
-	t.Logf("%d creates: %d created, %d refused in %v (2 cores, shared machine)", tries, len(created), refused, time.Since(start).Round(time.Millisecond))
+	created, refused, wall := burst(t, ctx, d, tries)
+	t.Logf("%d creates: %d created, %d refused in %v (2 cores, shared machine)", tries, len(created), refused, wall.Round(time.Millisecond))
 	if len(created) != capacity || refused != tries-capacity {
 		t.Fatalf("%d created and %d refused, want %d and %d", len(created), refused, capacity, tries-capacity)
 	}
@@ -90,21 +65,93 @@ func TestAdmissionUnderLoad(t *testing.T) {
 		{"corral_create_seconds_count", []string{"runtime", "runc"}, capacity},
 	})
 
-	deleteAll(t, d, created)
-	if n := dirEntries(t, filepath.Join(d.RunDir, "runc", "sandboxes")); n != 0 {
-		t.Errorf("%d driver dirs left after deleting every sandbox", n)
-	}
-	if n := dirEntries(t, rootsDir(d)); n != 0 {
-		t.Errorf("%d storage roots left after deleting every sandbox", n)
-	}
-	wantMetrics(t, scrape(t, d.Client), []metricCheck{
-		{"corral_admission_committed", []string{"resource", "sandboxes"}, 0},
-		{"corral_admission_committed", []string{"resource", "memory_bytes"}, 0},
-	})
+	deleteAndCheck(t, d, created)
 	// The capacity is free again.
 	d.create(t, corral.CreateOptions{})
 	// The daemon's cleanup checks mounts, cgroups, loop devices, processes,
 	// runc containers and networks.
+}
+
+// TestBurstWithDefaults is issue 18's check: 200 concurrent creates
+// against a daemon with default settings. The daemon starts a few at a
+// time and queues the rest, so every request either succeeds or gets a
+// clean 503 busy with a retry hint, never a 500; each refusal is logged;
+// after the sandboxes are deleted nothing is left.
+func TestBurstWithDefaults(t *testing.T) {
+	const tries = 200
+	d := startDaemon(t, "btrfs")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	created, refused, wall := burst(t, ctx, d, tries)
+	t.Logf("%d creates: %d created, %d refused in %v, %.1f creates/s (2 cores, shared machine)",
+		tries, len(created), refused, wall.Round(time.Millisecond), float64(len(created))/wall.Seconds())
+	if t.Failed() {
+		t.FailNow()
+	}
+	if len(created) == 0 {
+		t.Fatal("no create succeeded")
+	}
+	// The log arrives through a pipe, after the responses.
+	if refused > 0 && !d.logged("sandbox create refused", refused) {
+		t.Errorf("daemon logged %d refusals, want %d", strings.Count(d.Logs(), "sandbox create refused"), refused)
+	}
+	if n := strings.Count(d.Logs(), "sandbox create failed"); n != 0 {
+		t.Errorf("daemon logged %d failed creates", n)
+	}
+	if out, _ := d.execOut(t, created[len(created)-1], "echo ok"); out != "ok\n" {
+		t.Errorf("exec in the last sandbox: %q", out)
+	}
+	s := scrape(t, d.Client)
+	var counted float64
+	for _, reason := range []string{"start_queue_full", "start_wait_timeout"} {
+		n, _ := s.Get("corral_admission_refusals_total", "reason", reason)
+		counted += n
+	}
+	if counted != float64(refused) {
+		t.Errorf("refusals for want of a starting slot: %v, want %d", counted, refused)
+	}
+	wantMetrics(t, s, []metricCheck{
+		{"corral_admission_queue_length", nil, 0},
+		{"corral_admission_starting", nil, 0},
+		{"corral_create_seconds_count", []string{"runtime", "runc"}, float64(len(created))},
+	})
+
+	deleteAndCheck(t, d, created)
+	// The daemon's cleanup checks mounts, cgroups, loop devices, processes,
+	// runc containers and networks.
+}
+
+// burst sends n creates of the busybox template at once and returns the
+// sandboxes made, the number refused with 503 busy and a retry hint, and
+// how long they took together. Any other answer fails t.
+func burst(t *testing.T, ctx context.Context, d *daemon, n int) (created []string, refused int, wall time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	gate := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-gate
+			sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "bb"})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				created = append(created, sb.ID)
+				return
+			}
+			var e *corral.Error
+			if !errors.As(err, &e) || e.Status != 503 || e.Code != corral.CodeBusy || e.RetryAfter < time.Second {
+				t.Errorf("create: %v (%#v), want success or 503 busy with Retry-After", err, e)
+				return
+			}
+			refused++
+		})
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	return created, refused, time.Since(start)
 }
 
 // TestAdmissionPerKeyAndQueue: an API key over its limit gets 429 while
@@ -240,6 +287,24 @@ func waitMetric(t *testing.T, c *corral.Client, name string, labels []string, wa
 			t.Fatalf("%s%v did not reach %v", name, labels, want)
 		}
 	}
+}
+
+// deleteAndCheck deletes the sandboxes ids, the daemon's only ones, and
+// checks that they left no driver directory, storage root or admission
+// claim; the daemon's cleanup checks the host.
+func deleteAndCheck(t *testing.T, d *daemon, ids []string) {
+	t.Helper()
+	deleteAll(t, d, ids)
+	if n := dirEntries(t, filepath.Join(d.RunDir, "runc", "sandboxes")); n != 0 {
+		t.Errorf("%d driver dirs left after deleting every sandbox", n)
+	}
+	if n := dirEntries(t, rootsDir(d)); n != 0 {
+		t.Errorf("%d storage roots left after deleting every sandbox", n)
+	}
+	wantMetrics(t, scrape(t, d.Client), []metricCheck{
+		{"corral_admission_committed", []string{"resource", "sandboxes"}, 0},
+		{"corral_admission_committed", []string{"resource", "memory_bytes"}, 0},
+	})
 }
 
 // deleteAll deletes sandboxes a few at a time.
