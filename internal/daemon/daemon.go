@@ -264,11 +264,19 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	storageDir := filepath.Join(cfg.StateDir, "storage")
+	// Each backend is assigned only once opened: a nil *btrfs.Backend in
+	// d.storage would not be a nil interface, and Stop would close it.
 	switch cfg.Storage {
 	case "btrfs":
-		d.storage, err = btrfs.New(ctx, btrfs.Config{Dir: storageDir, ImageSize: cfg.BtrfsImageSize, QuotaMode: cfg.BtrfsQuotaMode, Logger: d.log})
+		var b *btrfs.Backend
+		if b, err = btrfs.New(ctx, btrfs.Config{Dir: storageDir, ImageSize: cfg.BtrfsImageSize, QuotaMode: cfg.BtrfsQuotaMode, Logger: d.log}); err == nil {
+			d.storage = b
+		}
 	case "overlay":
-		d.storage, err = overlay.New(ctx, overlay.Config{Dir: filepath.Join(cfg.StateDir, "overlay"), Logger: d.log})
+		var o *overlay.Backend
+		if o, err = overlay.New(ctx, overlay.Config{Dir: filepath.Join(cfg.StateDir, "overlay"), Logger: d.log}); err == nil {
+			d.storage = o
+		}
 	default:
 		err = fmt.Errorf("unknown storage backend %q (use btrfs or overlay)", cfg.Storage)
 	}
