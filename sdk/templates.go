@@ -145,6 +145,9 @@ type DiskQuota struct {
 	// Inconsistencies counts the times accounting was found inconsistent
 	// since the daemon started.
 	Inconsistencies int64 `json:"inconsistencies"`
+	// Releasing counts deleted sandboxes whose disk accounting the
+	// kernel has not given back yet.
+	Releasing int `json:"releasing"`
 }
 
 // Health asks the daemon whether it keeps its promises. An answer with OK

@@ -98,4 +98,7 @@ type QuotaStatus struct {
 	// Inconsistencies counts the times the accounting was found
 	// inconsistent since the backend was opened.
 	Inconsistencies int64 `json:"inconsistencies"`
+	// Releasing counts deleted roots whose accounting the kernel has not
+	// given back yet; their qgroups go once it has.
+	Releasing int `json:"releasing"`
 }

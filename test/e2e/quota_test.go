@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corral "github.com/corralrun/corral/sdk"
 )
@@ -50,9 +51,21 @@ func TestDiskLimitHoldsThroughChurn(t *testing.T) {
 		}
 	}
 
-	h, err := d.Client.Health(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	// The deleted sandboxes' qgroups go once the kernel has given their
+	// bytes back, which is when one removed too early would corrupt
+	// full accounting.
+	var h *corral.Health
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if h, err = d.Client.Health(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if h.DiskQuota == nil || h.DiskQuota.Releasing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deleted sandboxes' qgroups still not removed after a minute", h.DiskQuota.Releasing)
+		}
 	}
 	if !h.OK || h.DiskQuota == nil || !h.DiskQuota.Enabled || !h.DiskQuota.Consistent || h.DiskQuota.Inconsistencies != 0 {
 		t.Fatalf("health after %d bursts of %d: %+v (disk quota %+v)", bursts, burst, h, h.DiskQuota)
@@ -64,7 +77,7 @@ func TestDiskLimitHoldsThroughChurn(t *testing.T) {
 	// Through the file API: a 2x-limit upload must fail, and not as
 	// "busy".
 	big := io.LimitReader(zeros{}, 2*limitMB<<20)
-	_, err = d.Client.WriteFile(t.Context(), victim.ID, "/fill-api", big, 0o644)
+	_, err := d.Client.WriteFile(t.Context(), victim.ID, "/fill-api", big, 0o644)
 	if err == nil {
 		t.Errorf("uploading %d MiB into a sandbox limited to %d MiB succeeded", 2*limitMB, limitMB)
 	} else if !strings.Contains(err.Error(), "quota") && !strings.Contains(err.Error(), "space") {

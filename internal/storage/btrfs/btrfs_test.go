@@ -274,10 +274,10 @@ func TestDiskLimitQgroupRemoved(t *testing.T) {
 // waitQgroupGone waits until qgroup 0/id has been removed.
 func waitQgroupGone(t *testing.T, b *Backend, id uint64) {
 	t.Helper()
-	testutil.WaitFor(t, func() bool {
-		_, err := os.Stat(filepath.Join(b.qgroupsSysfs(), fmt.Sprintf("0_%d", id)))
-		return errors.Is(err, fs.ErrNotExist)
-	})
+	waitReleased(t, b)
+	if _, err := os.Stat(filepath.Join(b.qgroupsSysfs(), fmt.Sprintf("0_%d", id))); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("qgroup 0/%d of a deleted root is still there: %v", id, err)
+	}
 }
 
 // A sandbox cannot create subvolumes in its root (see

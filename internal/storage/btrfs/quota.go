@@ -2,8 +2,10 @@ package btrfs
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,6 +54,13 @@ const DefaultQuotaCheckInterval = time.Second
 // subtree instead of marking the accounting inconsistent.
 const btrfsMaxLevel = 8
 
+// qgroupGiveUp is how long a deleted root's qgroup may keep counting
+// bytes before the watcher stops waiting for it. Under simple quotas an
+// extent stays charged to the root that wrote it while anything still
+// references it (a clone kept in a snapshot or a template), which can be
+// for good; such a qgroup limits nothing, as its subvolume is gone.
+const qgroupGiveUp = 10 * time.Minute
+
 // quotaRetryAfter is the retry hint of roots refused while the accounting
 // is inconsistent: about what a rescan of a small filesystem takes.
 const quotaRetryAfter = 5 * time.Second
@@ -65,13 +74,15 @@ type quota struct {
 	mode string     // in force, "" while quotas are off; under mu
 
 	// Qgroups of deleted roots and spares, waiting for their counts to
-	// reach zero; under pendingMu.
+	// reach zero, with when each was queued; under pendingMu.
 	pendingMu sync.Mutex
-	pending   map[uint64]bool
+	pending   map[uint64]time.Time
+	lastSync  time.Time // of removeQgroups; only the watcher uses it
 
-	stateMu         sync.Mutex
-	inconsistent    bool // as last read; under stateMu
+	stateMu         sync.Mutex // guards the fields below
+	inconsistent    bool       // as checkQuota last read it
 	inconsistencies int64
+	repairFailed    bool // a rescan failed during this inconsistency
 
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the watcher has returned
@@ -111,6 +122,13 @@ func checkQuotaMode(mode string) error {
 	return errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown btrfs quota mode %q (simple or full)", mode)
 }
 
+// kernelHasSimpleQuotas reports whether the kernel can count simple
+// quotas: those that can show the mode in sysfs, where quotas are on.
+func (b *Backend) kernelHasSimpleQuotas() bool {
+	_, err := os.Stat(filepath.Join(b.qgroupsSysfs(), "mode"))
+	return err == nil
+}
+
 // openQuota brings quotas that an earlier daemon enabled into cfg's mode
 // and starts the watcher. A filesystem without quotas stays so until a
 // root asks for a limit.
@@ -123,9 +141,11 @@ func (b *Backend) openQuota(cfg Config) error {
 	if q.interval <= 0 {
 		q.interval = DefaultQuotaCheckInterval
 	}
-	q.pending = map[uint64]bool{}
 	q.mode = b.kernelQuotaMode()
-	if q.mode == QuotaFull && q.want == QuotaSimple {
+	if err := b.restoreLimits(); err != nil {
+		return err
+	}
+	if q.mode == QuotaFull && q.want == QuotaSimple && b.kernelHasSimpleQuotas() {
 		if err := b.switchToSimple(); err != nil {
 			return err
 		}
@@ -139,8 +159,8 @@ func (b *Backend) openQuota(cfg Config) error {
 }
 
 // closeQuota stops the watcher and waits for it. Qgroups still waiting
-// for removal stay: the kernel removes those of fully dropped subvolumes
-// itself, and a leftover one limits nothing.
+// for removal stay: a qgroup whose subvolume is gone limits nothing, and
+// recent kernels remove those of fully dropped subvolumes themselves.
 func (b *Backend) closeQuota() {
 	q := &b.quota
 	if q.stop == nil {
@@ -195,12 +215,16 @@ func (b *Backend) ensureQuota() error {
 // start, with simple quotas, and puts back the limits the roots had.
 // Simple quotas count only what is written from now on, so until they
 // are rewritten, a root's earlier bytes do not count against its limit;
-// that is why the switch is logged. On a kernel without simple quotas the
-// filesystem stays in full mode.
+// that is why the switch is logged. The limits are written to a file
+// first, so that a crash between turning quotas off and putting them back
+// loses none: the next start finds the file (restoreLimits).
 func (b *Backend) switchToSimple() error {
 	q := &b.quota
 	limits, err := b.rootLimits()
 	if err != nil {
+		return err
+	}
+	if err := writeLimits(b.limitsFile(), limits); err != nil {
 		return err
 	}
 	fd, err := openDir(b.base)
@@ -211,23 +235,75 @@ func (b *Backend) switchToSimple() error {
 	if err := disableQuota(fd); err != nil {
 		return fmt.Errorf("disabling full btrfs quotas: %w", err)
 	}
+	q.mode = ""
+	if err := enableQuota(fd, true); err != nil {
+		return fmt.Errorf("enabling simple btrfs quotas: %w", err)
+	}
 	q.mode = QuotaSimple
-	if err := enableQuota(fd, true); errors.Is(err, unix.EINVAL) {
-		q.mode = QuotaFull
-		err = enableQuota(fd, false)
-	} else if err == nil {
-		b.log.Warn("switched btrfs quotas from full accounting to simple quotas; bytes that roots wrote before count against their limits only once rewritten",
-			"path", b.base, "limited_roots", len(limits))
+	b.log.Warn("switched btrfs quotas from full accounting to simple quotas; bytes that roots wrote before count against their limits only once rewritten",
+		"path", b.base, "limited_roots", len(limits))
+	return b.restoreLimits()
+}
+
+// limitsFile holds the roots' limits while quotas change mode.
+func (b *Backend) limitsFile() string { return filepath.Join(b.base, "quota-limits.json") }
+
+// writeLimits records limits (subvolume ID to bytes) durably at path.
+func writeLimits(path string, limits map[uint64]uint64) error {
+	data, err := json.Marshal(limits)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("recording disk limits: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		return fmt.Errorf("enabling %s btrfs quotas: %w", q.mode, err)
+		return fmt.Errorf("recording disk limits: %w", err)
 	}
+	return nil
+}
+
+// restoreLimits applies the limits that switchToSimple recorded, if a
+// record is there, enabling quotas first when a crash left them off, and
+// removes the record.
+func (b *Backend) restoreLimits() error {
+	data, err := os.ReadFile(b.limitsFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading recorded disk limits: %w", err)
+	}
+	var limits map[uint64]uint64
+	if err := json.Unmarshal(data, &limits); err != nil {
+		return fmt.Errorf("reading recorded disk limits: %w", err)
+	}
+	if b.quota.mode == "" {
+		if err := b.ensureQuota(); err != nil {
+			return err
+		}
+	}
+	fd, err := openDir(b.base)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
 	for id, bytes := range limits {
-		if err := limitExclusive(fd, id, bytes); err != nil {
+		// A root deleted meanwhile has no qgroup to limit.
+		if err := limitExclusive(fd, id, bytes); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("restoring disk limit of subvolume %d: %w", id, err)
 		}
 	}
-	return nil
+	return os.Remove(b.limitsFile())
 }
 
 // rootLimits returns the exclusive-bytes limit of every root that has one,
@@ -273,9 +349,20 @@ func (b *Backend) qgroupValue(id uint64, name string) (uint64, bool) {
 
 // dropQgroup hands the qgroup of a deleted subvolume to the watcher.
 func (b *Backend) dropQgroup(id uint64) {
+	q := &b.quota
+	q.pendingMu.Lock()
+	defer q.pendingMu.Unlock()
+	if q.pending == nil {
+		q.pending = map[uint64]time.Time{}
+	}
+	q.pending[id] = time.Now()
+}
+
+// releasing counts the qgroups waiting for removal.
+func (b *Backend) releasing() int {
 	b.quota.pendingMu.Lock()
-	b.quota.pending[id] = true
-	b.quota.pendingMu.Unlock()
+	defer b.quota.pendingMu.Unlock()
+	return len(b.quota.pending)
 }
 
 // watchQuota runs until closeQuota: it checks the accounting and removes
@@ -296,68 +383,85 @@ func (b *Backend) watchQuota() {
 	}
 }
 
+// inconsistentNow reads the filesystem's inconsistent flag; false while
+// quotas are off.
+func (b *Backend) inconsistentNow() bool {
+	data, err := os.ReadFile(filepath.Join(b.qgroupsSysfs(), "inconsistent"))
+	return err == nil && string(bytes.TrimSpace(data)) == "1"
+}
+
 // checkQuota reads the accounting's inconsistent flag and reports whether
 // limits are enforced: true when quotas are off or consistent. On the
 // change to inconsistent it logs an error and counts it; while it stays
 // so it keeps a rescan going where the mode allows one.
 func (b *Backend) checkQuota() bool {
 	q := &b.quota
-	data, err := os.ReadFile(filepath.Join(b.qgroupsSysfs(), "inconsistent"))
-	bad := err == nil && string(bytes.TrimSpace(data)) == "1"
+	bad := b.inconsistentNow()
 	q.stateMu.Lock()
 	was := q.inconsistent
 	q.inconsistent = bad
 	if bad && !was {
 		q.inconsistencies++
 	}
+	if !bad {
+		q.repairFailed = false
+	}
 	q.stateMu.Unlock()
+	mode := b.kernelQuotaMode()
 	switch {
 	case bad && !was:
 		b.log.Error("btrfs quota accounting is inconsistent: disk limits are not enforced; roots with a disk limit are refused until it is repaired",
-			"path", b.base, "mode", b.kernelQuotaMode())
+			"path", b.base, "mode", mode)
 	case !bad && was:
 		b.log.Info("btrfs quota accounting is consistent again: disk limits are enforced", "path", b.base)
 	}
-	if bad {
+	if bad && mode == QuotaFull {
 		b.repairQuota()
 	}
 	return !bad
 }
 
-// repairQuota starts a rescan unless one runs. Simple quotas cannot be
-// rescanned, and do not go inconsistent in the first place.
+// repairQuota starts a rescan of full accounting unless one runs. Simple
+// quotas cannot be rescanned, and do not go inconsistent in the first
+// place. A failure is logged once per inconsistency.
 func (b *Backend) repairQuota() {
 	fd, err := openDir(b.base)
-	if err != nil {
-		b.log.Error("cannot rescan btrfs quotas", "err", err)
-		return
+	if err == nil {
+		defer unix.Close(fd)
+		var running bool
+		if running, err = rescanRunning(fd); err == nil && running {
+			return
+		}
+		if err = startRescan(fd); err == nil {
+			b.log.Info("rescanning btrfs quotas", "path", b.base)
+			return
+		}
+		if errors.Is(err, unix.EINPROGRESS) {
+			return
+		}
 	}
-	defer unix.Close(fd)
-	if running, err := rescanRunning(fd); err == nil && running {
-		return
-	}
-	switch err := startRescan(fd); {
-	case err == nil:
-		b.log.Info("rescanning btrfs quotas", "path", b.base)
-	case errors.Is(err, unix.EINPROGRESS):
-	default:
+	q := &b.quota
+	q.stateMu.Lock()
+	logged := q.repairFailed
+	q.repairFailed = true
+	q.stateMu.Unlock()
+	if !logged {
 		b.log.Error("cannot rescan btrfs quotas", "path", b.base, "err", err)
 	}
 }
 
 // removeQgroups removes the pending qgroups whose counts are back to zero.
-// The kernel refuses (EBUSY) while the subvolume is not fully dropped; a
-// commit (BTRFS_IOC_SYNC) wakes the cleaner that drops it, and the next
-// check tries again.
+// The kernel refuses (EBUSY) while the subvolume is not fully dropped, and
+// full accounting updates the counts only at a commit; so while any waits,
+// it commits the filesystem (BTRFS_IOC_SYNC, which also wakes the cleaner
+// that drops deleted subvolumes), at most every five checks. A qgroup
+// still counting bytes after qgroupGiveUp is left as it is.
 func (b *Backend) removeQgroups() {
 	q := &b.quota
 	q.pendingMu.Lock()
-	ids := make([]uint64, 0, len(q.pending))
-	for id := range q.pending {
-		ids = append(ids, id)
-	}
+	pending := maps.Clone(q.pending)
 	q.pendingMu.Unlock()
-	if len(ids) == 0 {
+	if len(pending) == 0 {
 		return
 	}
 	fd, err := openDir(b.base)
@@ -365,43 +469,54 @@ func (b *Backend) removeQgroups() {
 		return
 	}
 	defer unix.Close(fd)
-	busy := false
-	for _, id := range ids {
+	done := func(id uint64) {
+		q.pendingMu.Lock()
+		delete(q.pending, id)
+		q.pendingMu.Unlock()
+	}
+	waiting := false
+	for id, since := range pending {
 		rfer, ok := b.qgroupValue(id, "referenced")
 		excl, _ := b.qgroupValue(id, "exclusive")
-		if ok && (rfer != 0 || excl != 0) {
-			busy = true
+		if !ok { // gone: removed by the kernel, or never made
+			done(id)
 			continue
 		}
-		err := destroyQgroup(fd, id)
-		switch {
-		case err == nil, errors.Is(err, unix.ENOENT), !ok:
-			q.pendingMu.Lock()
-			delete(q.pending, id)
-			q.pendingMu.Unlock()
+		if rfer != 0 || excl != 0 {
+			if time.Since(since) > qgroupGiveUp {
+				b.log.Info("leaving qgroup of deleted root that still counts bytes", "qgroup", fmt.Sprintf("0/%d", id),
+					"referenced_bytes", rfer, "exclusive_bytes", excl)
+				done(id)
+			} else {
+				waiting = true
+			}
+			continue
+		}
+		switch err := destroyQgroup(fd, id); {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			done(id)
 		case errors.Is(err, unix.EBUSY):
-			busy = true
+			waiting = true
 		default:
 			b.log.Warn("leaving qgroup of deleted root to the kernel", "qgroup", fmt.Sprintf("0/%d", id), "err", err)
-			q.pendingMu.Lock()
-			delete(q.pending, id)
-			q.pendingMu.Unlock()
+			done(id)
 		}
 	}
-	if busy {
+	if waiting && time.Since(q.lastSync) >= 5*q.interval {
+		q.lastSync = time.Now()
 		_ = syncFS(fd)
 	}
 }
 
 // QuotaStatus reports the state of disk quota accounting
 // (storage.QuotaReporter). It reads sysfs and asks the kernel whether a
-// rescan runs.
+// rescan runs; it changes nothing, the watcher does.
 func (b *Backend) QuotaStatus() storage.QuotaStatus {
-	mode := b.kernelQuotaMode()
-	if mode == "" {
-		return storage.QuotaStatus{Consistent: true, Inconsistencies: b.inconsistencies()}
+	s := storage.QuotaStatus{Consistent: true, Inconsistencies: b.inconsistencies(), Releasing: b.releasing()}
+	if s.Mode = b.kernelQuotaMode(); s.Mode == "" {
+		return s
 	}
-	s := storage.QuotaStatus{Enabled: true, Mode: mode, Consistent: b.checkQuota(), Inconsistencies: b.inconsistencies()}
+	s.Enabled, s.Consistent = true, !b.inconsistentNow()
 	if fd, err := openDir(b.base); err == nil {
 		s.Repairing, _ = rescanRunning(fd)
 		unix.Close(fd)
@@ -432,9 +547,9 @@ func limitRoot(path string, bytes uint64) error {
 		return err
 	}
 	defer unix.Close(fd)
-	id, err := subvolIDAt(path)
+	id, err := subvolID(fd)
 	if err != nil {
-		return err
+		return fmt.Errorf("looking up subvolume id of %s: %w", path, err)
 	}
 	return limitExclusive(fd, id, bytes)
 }

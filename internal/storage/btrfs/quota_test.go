@@ -38,10 +38,9 @@ func openModeBackend(t testing.TB, mode string, log *testutil.SyncBuffer) *Backe
 	return b
 }
 
-// Sandboxes come and go in bursts while others keep a disk limit; the
-// limit must hold afterwards. Under full accounting, removing the qgroups
-// of deleted roots as soon as the kernel allowed it marked the accounting
-// inconsistent within a few bursts, and every limit was off from then on.
+// Sandboxes come and go in bursts while others keep a disk limit: the
+// accounting must stay consistent while the deleted roots' qgroups go, and
+// the limit must hold afterwards.
 func TestDiskLimitHoldsThroughChurn(t *testing.T) {
 	const (
 		limit  = 16 << 20
@@ -85,12 +84,9 @@ func TestDiskLimitHoldsThroughChurn(t *testing.T) {
 				}
 			}
 			// Let the cleaner drop the deleted subvolumes and the watcher
-			// remove their qgroups: the moment the old code broke.
-			testutil.WaitFor(t, func() bool {
-				b.quota.pendingMu.Lock()
-				defer b.quota.pendingMu.Unlock()
-				return len(b.quota.pending) == 0
-			})
+			// remove their qgroups, which is when a qgroup removed too
+			// early would corrupt full accounting.
+			waitReleased(t, b)
 			if s := b.QuotaStatus(); !s.Consistent || s.Inconsistencies != 0 {
 				t.Fatalf("after %d bursts of %d roots: %+v", bursts, burst, s)
 			}
@@ -105,6 +101,18 @@ func TestDiskLimitHoldsThroughChurn(t *testing.T) {
 			}
 			t.Logf("%s quotas: a root limited to %d MiB took %d MiB after %d bursts of %d roots", mode, limit>>20, n>>20, bursts, burst)
 		})
+	}
+}
+
+// waitReleased waits until the watcher has removed every deleted root's
+// qgroup, for up to a minute: the cleaner drops subvolumes in the
+// background, slower on a busy machine.
+func waitReleased(t *testing.T, b *Backend) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); b.releasing() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d qgroups of deleted roots still not removed after a minute", b.releasing())
+		}
 	}
 }
 
@@ -133,6 +141,9 @@ func TestInconsistentQuotaRefusesLimitedRoots(t *testing.T) {
 	btrfsCLI := testutil.RequiresBinary(t, "btrfs")
 	log := &testutil.SyncBuffer{}
 	b := openModeBackend(t, QuotaFull, log)
+	// The test plays the watcher, so that no rescan can repair the
+	// accounting before the refusal is checked.
+	b.closeQuota()
 	must(t, b.CreateTemplate(t.Context(), "base", writeFile("f", "1")))
 	if _, err := b.CreateRoot(t.Context(), "limited", "base", storage.RootOptions{DiskBytes: 8 << 20}); err != nil {
 		t.Fatal(err)
@@ -182,7 +193,7 @@ func TestInconsistentQuotaRefusesLimitedRoots(t *testing.T) {
 		must(t, b.DeleteRoot(t.Context(), "plain"))
 	}
 
-	testutil.WaitFor(t, func() bool { return b.QuotaStatus().Consistent })
+	testutil.WaitFor(t, b.checkQuota)
 	if s := b.QuotaStatus(); s.Inconsistencies != 1 || s.Mode != QuotaFull {
 		t.Errorf("status after the rescan: %+v, want one inconsistency in full mode", s)
 	}
@@ -239,4 +250,59 @@ func TestUnknownQuotaMode(t *testing.T) {
 	if m := testutil.Mounts(t, dir); len(m) > 0 {
 		t.Errorf("mounts left by a refused New: %v", m)
 	}
+}
+
+// A backend opened on a filesystem whose quotas are on deletes spares of
+// an older floor at once, before its watcher runs; their qgroups still go.
+func TestReopenWithQuotasDropsStaleSpares(t *testing.T) {
+	b, dir := newTestBackend(t)
+	must(t, b.CreateTemplate(t.Context(), "base", writeFile("f", "1")))
+	if _, err := b.CreateRoot(t.Context(), "limited", "base", storage.RootOptions{DiskBytes: 4 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.DeleteRoot(t.Context(), "limited"))
+	must(t, snapshotAt(b.seedDir(), b.sparesDir(), "1-00000000", 0))
+	stale := subvolIDOf(t, filepath.Join(b.sparesDir(), "1-00000000"))
+	must(t, b.Close())
+
+	b2 := openTestBackend(t, dir)
+	if _, err := os.Lstat(filepath.Join(b2.sparesDir(), "1-00000000")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale spare survived New: %v", err)
+	}
+	waitQgroupGone(t, b2, stale)
+}
+
+// A crash in the middle of the switch to simple quotas, after quotas went
+// off and before the limits were back, loses no limit: the next start
+// puts back the ones recorded.
+func TestSwitchInterruptedRestoresLimits(t *testing.T) {
+	requirements(t)
+	dir := t.TempDir()
+	b1, err := New(t.Context(), Config{Dir: dir, QuotaMode: QuotaFull})
+	must(t, err)
+	t.Cleanup(func() { b1.Close() })
+	must(t, b1.CreateTemplate(t.Context(), "base", writeFile("f", "1")))
+	_, err = b1.CreateRoot(t.Context(), "limited", "base", storage.RootOptions{DiskBytes: 4 << 20})
+	must(t, err)
+	b1.closeQuota()
+	limits, err := b1.rootLimits()
+	must(t, err)
+	must(t, writeLimits(b1.limitsFile(), limits))
+	fd, err := openDir(b1.base)
+	must(t, err)
+	must(t, disableQuota(fd))
+	unix.Close(fd)
+
+	b2 := openTestBackend(t, dir)
+	id := subvolIDOf(t, filepath.Join(b2.rootsDir(), "limited"))
+	if got, _ := b2.qgroupValue(id, "max_exclusive"); got != 4<<20 {
+		t.Errorf("limit after the interrupted switch: %d, want %d", got, 4<<20)
+	}
+	if s := b2.QuotaStatus(); s.Mode != QuotaSimple {
+		t.Errorf("mode after the interrupted switch: %+v, want simple", s)
+	}
+	if _, err := os.Stat(b2.limitsFile()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("record of the limits left behind: %v", err)
+	}
+	must(t, b2.DeleteRoot(t.Context(), "limited"))
 }
