@@ -72,10 +72,10 @@ type Admission struct {
 
 // The starting limits of a daemon that names none: per CPU this process
 // may use, the creates started at once and those that may wait for a
-// slot, and how long each may wait. A runc create keeps a CPU busy for
-// tens of milliseconds and a gVisor one for a few hundred, so these keep
-// every start far inside the runtimes' start timeout (10 s), and a full
-// queue drains within StartWait.
+// slot, and how long each may wait. Chosen so that every start stays far
+// inside the runtimes' start timeout, gVisor's starts being the slowest,
+// and a full queue drains within StartWait (docs/BENCHMARKS.md has the
+// measured rates).
 const (
 	StartingPerCPU   = 2
 	StartQueuePerCPU = 32
@@ -296,6 +296,9 @@ func (a *admitter) wait(ctx context.Context, w *waiter) (func(), error) {
 			t.Reset(a.cfg.StartWait)
 		case <-t.C:
 			switch {
+			case claimed == nil && a.cfg.StartQueueLength == 0:
+				// Waited for capacity, and may not wait for a slot.
+				reason, waiting = RefusedStarting, false
 			case claimed == nil:
 				reason, waiting = RefusedStartWait, false
 			case a.holdsClaim(w): // the claim came as the wait for it ended

@@ -345,13 +345,13 @@ func (m *Manager) create(ctx context.Context, sb Sandbox, drv driver.Driver, src
 }
 
 // logFailedCreate logs the create of sb that failed with err after d: a
-// refusal (the server busy, the caller over its limit) or a caller that
-// gave up as a warning, anything else as an error. A sandbox without an
+// refusal (the server busy, the caller over its limit, anything else that
+// says when to retry) or a caller that gave up as a warning, anything else as an error. A sandbox without an
 // ID is a create refused before it got one.
 func (m *Manager) logFailedCreate(ctx context.Context, sb Sandbox, d time.Duration, err error) {
 	level, msg := slog.LevelError, "sandbox create failed"
 	switch {
-	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, errdefs.ErrResourceExhausted):
+	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, errdefs.ErrResourceExhausted), errdefs.RetryAfter(err) > 0:
 		level, msg = slog.LevelWarn, "sandbox create refused"
 	case ctx.Err() != nil:
 		level = slog.LevelWarn

@@ -72,9 +72,8 @@ func TestAdmissionUnderLoad(t *testing.T) {
 	// runc containers and networks.
 }
 
-// TestBurstWithDefaults is issue 18's check: 200 concurrent creates
-// against a daemon with default settings. The daemon starts a few at a
-// time and queues the rest, so every request either succeeds or gets a
+// TestBurstWithDefaults sends 200 concurrent creates to a daemon with
+// default settings. The daemon starts a few at a time and queues the rest, so every request either succeeds or gets a
 // clean 503 busy with a retry hint, never a 500; each refusal is logged;
 // after the sandboxes are deleted nothing is left.
 func TestBurstWithDefaults(t *testing.T) {

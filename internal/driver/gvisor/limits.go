@@ -168,8 +168,12 @@ func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resourc
 			continue
 		}
 		err = fmt.Errorf("setting %s inside gVisor: %w", f[0], err)
+		// The undo runs even when ctx ended the update: the limits inside
+		// must not stay half changed.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
 		for i := len(done) - 1; i >= 0; i-- {
-			if _, uerr := c.WriteFile(ctx, done[i][0], 0o644, strings.NewReader(done[i][1])); uerr != nil {
+			if _, uerr := c.WriteFile(uctx, done[i][0], 0o644, strings.NewReader(done[i][1])); uerr != nil {
 				err = fmt.Errorf("%w; restoring %s inside gVisor: %w", err, done[i][0], uerr)
 			}
 		}

@@ -295,7 +295,8 @@ func (c Cgroup) Freeze(ctx context.Context, frozen bool) error {
 	}
 	if err := os.WriteFile(file, []byte(value), 0); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return errdefs.Errorf(errdefs.ErrNotFound, "cgroup %s not found", c.Path)
+			// Callers name the sandbox; the cgroup's path is the host's.
+			return errdefs.Errorf(errdefs.ErrNotFound, "the sandbox's cgroup is gone")
 		}
 		return fmt.Errorf("writing %s: %w", file, err)
 	}
