@@ -65,13 +65,21 @@ func Run(ctx context.Context, opts Options, c *corral.Client) (Report, error) {
 		}
 	}
 	if opts.Iterations > 0 {
+		var ps *peerSet // nil: no peers, or none could be set up
+		if len(opts.Peers) > 0 {
+			var err error
+			if ps, err = newPeerSet(ctx, opts.Peers, opts.Busybox); err != nil {
+				add(nil, fmt.Errorf("%s: %w", ScenarioPeer, err))
+			} else {
+				defer ps.close()
+				rep.Notes = append(rep.Notes, ps.notes...)
+			}
+		}
 		r.progress(ScenarioExec)
-		add(r.execRoundTrip(ctx, runtime))
+		add(r.execRoundTrip(ctx, runtime, ps))
 		if ctx.Err() == nil {
 			r.progress(ScenarioCold)
-			rows, notes, err := r.coldStart(ctx, runtime)
-			rep.Notes = append(rep.Notes, notes...)
-			add(rows, err)
+			add(r.coldStart(ctx, runtime, ps))
 		}
 	}
 	if opts.Iterations > 0 && ctx.Err() == nil {
@@ -215,8 +223,10 @@ func (f *firstByte) Write(p []byte) (int, error) {
 }
 
 // execRoundTrip times `exec /bin/true` on one sandbox, request to exit
-// status, after a few untimed warm-up execs.
-func (r *runner) execRoundTrip(ctx context.Context, runtime string) ([]Row, error) {
+// status, after a few untimed warm-up execs; with peers, each iteration
+// also execs /bin/true in a running container of every peer OCI runtime,
+// so that both see the same host noise.
+func (r *runner) execRoundTrip(ctx context.Context, runtime string, ps *peerSet) ([]Row, error) {
 	row := Row{Scenario: ScenarioExec, Runtime: runtime}
 	fail := func(err error) ([]Row, error) {
 		err = fmt.Errorf("%s: %w", ScenarioExec, err)
@@ -228,6 +238,11 @@ func (r *runner) execRoundTrip(ctx context.Context, runtime string) ([]Row, erro
 		return fail(err)
 	}
 	defer r.del(ctx, sb.ID)
+	peers := newPeerRuns(ps, func(p peer) bool { return p.exec != nil })
+	defer peers.stop()
+	for j, p := range peers.peers {
+		peers.ids[j], peers.errs[j] = ps.startExecTarget(ctx, p)
+	}
 	opts := corral.ExecOptions{Cmd: []string{"/bin/true"}}
 	samples := make([]time.Duration, 0, r.opts.Iterations)
 	for i := -3; i < r.opts.Iterations; i++ {
@@ -240,34 +255,104 @@ func (r *runner) execRoundTrip(ctx context.Context, runtime string) ([]Row, erro
 		if err != nil {
 			return fail(err)
 		}
+		peers.each(ctx, i >= 0, func(p peer, id string) (time.Duration, error) { return ps.execOnce(ctx, p, id) })
 		if i >= 0 {
 			samples = append(samples, d)
 		}
 	}
-	return []Row{latencyRow(ScenarioExec, runtime, samples)}, nil
+	rows := append([]Row{latencyRow(ScenarioExec, runtime, samples)}, peers.rows(ScenarioPeerExec, runtime, samples)...)
+	return rows, peers.err(ScenarioPeerExec)
+}
+
+// peerRuns holds the samples of the peers of one scenario.
+type peerRuns struct {
+	ps      *peerSet
+	peers   []peer
+	ids     []string // the peers' long-running containers, if any
+	samples [][]time.Duration
+	errs    []error // a peer that failed once is not run again
+}
+
+// newPeerRuns prepares the peers of ps (nil: none) that keep says to.
+func newPeerRuns(ps *peerSet, keep func(peer) bool) *peerRuns {
+	pr := &peerRuns{ps: ps}
+	if ps != nil {
+		for _, p := range ps.peers {
+			if keep(p) {
+				pr.peers = append(pr.peers, p)
+			}
+		}
+	}
+	pr.ids = make([]string, len(pr.peers))
+	pr.samples = make([][]time.Duration, len(pr.peers))
+	pr.errs = make([]error, len(pr.peers))
+	return pr
+}
+
+// each runs every peer that has not failed once, through run, and keeps
+// the sample when record says so.
+func (pr *peerRuns) each(ctx context.Context, record bool, run func(p peer, id string) (time.Duration, error)) {
+	for j, p := range pr.peers {
+		if pr.errs[j] != nil || ctx.Err() != nil {
+			continue
+		}
+		d, err := run(p, pr.ids[j])
+		if err != nil {
+			pr.errs[j] = err
+			continue
+		}
+		if record {
+			pr.samples[j] = append(pr.samples[j], d)
+		}
+	}
+}
+
+// rows returns a row per peer, with the ratio of Corral's p50 (corral, on
+// runtime) to the peer's.
+func (pr *peerRuns) rows(scenario, runtime string, corral []time.Duration) []Row {
+	corralP50 := Percentile(corral, 0.5)
+	var rows []Row
+	for j, p := range pr.peers {
+		row := latencyRow(scenario, p.name, pr.samples[j])
+		if peerP50 := Percentile(pr.samples[j], 0.5); peerP50 > 0 && corralP50 > 0 {
+			ratio := Ratio(corralP50, peerP50)
+			row.Extra = fmt.Sprintf("corral(%s)/%s p50 = %.2fx", runtime, p.name, ratio)
+			row.Metrics = map[string]float64{"corral_ratio_p50": ratio}
+		}
+		if pr.errs[j] != nil {
+			row.Extra = strings.TrimPrefix(row.Extra+"; error: "+pr.errs[j].Error(), "; ")
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// err joins the peers' failures, each named by scenario.
+func (pr *peerRuns) err(scenario string) error {
+	var errs []error
+	for _, err := range pr.errs {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", scenario, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stop removes the peers' long-running containers.
+func (pr *peerRuns) stop() {
+	for j, id := range pr.ids {
+		if id != "" {
+			pr.peers[j].cleanup(id)
+		}
+	}
 }
 
 // coldStart times Create + Exec `echo hi` to the first stdout byte, deleting
 // each sandbox untimed; with peers, each iteration also runs every peer
 // once, so that both see the same host noise.
-func (r *runner) coldStart(ctx context.Context, runtime string) ([]Row, []string, error) {
-	var ps *peerSet
-	var notes []string
-	if len(r.opts.Peers) > 0 {
-		var err error
-		if ps, err = newPeerSet(ctx, r.opts.Peers, r.opts.Busybox); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", ScenarioPeer, err)
-		}
-		defer ps.close()
-		notes = ps.notes
-	}
+func (r *runner) coldStart(ctx context.Context, runtime string, ps *peerSet) ([]Row, error) {
+	peers := newPeerRuns(ps, func(peer) bool { return true })
 	var corralSamples []time.Duration
-	var peerSamples [][]time.Duration
-	var peerErrs []error
-	if ps != nil {
-		peerSamples = make([][]time.Duration, len(ps.peers))
-		peerErrs = make([]error, len(ps.peers))
-	}
 	var err error
 	for i := 0; i < r.opts.Iterations && err == nil; i++ {
 		err = func() error {
@@ -289,45 +374,14 @@ func (r *runner) coldStart(ctx context.Context, runtime string) ([]Row, []string
 		if err != nil {
 			err = fmt.Errorf("%s: %w", ScenarioCold, err)
 		}
-		if ps == nil {
-			continue
-		}
-		for j, p := range ps.peers {
-			if peerErrs[j] != nil || ctx.Err() != nil {
-				continue // a peer that failed once is not run again
-			}
-			d, perr := ps.run(ctx, p)
-			if perr != nil {
-				peerErrs[j] = perr
-				continue
-			}
-			peerSamples[j] = append(peerSamples[j], d)
-		}
+		peers.each(ctx, true, func(p peer, _ string) (time.Duration, error) { return ps.run(ctx, p) })
 	}
 	cold := latencyRow(ScenarioCold, runtime, corralSamples)
 	if err != nil {
 		cold.Extra = "error: " + err.Error()
 	}
-	rows := []Row{cold}
-	corralP50 := Percentile(corralSamples, 0.5)
-	var errs []error
-	errs = append(errs, err)
-	if ps != nil {
-		for j, p := range ps.peers {
-			row := latencyRow(ScenarioPeer, p.name, peerSamples[j])
-			if peerP50 := Percentile(peerSamples[j], 0.5); peerP50 > 0 && corralP50 > 0 {
-				ratio := Ratio(corralP50, peerP50)
-				row.Extra = fmt.Sprintf("corral(%s)/%s p50 = %.2fx", runtime, p.name, ratio)
-				row.Metrics = map[string]float64{"corral_ratio_p50": ratio}
-			}
-			if peerErrs[j] != nil {
-				row.Extra = strings.TrimPrefix(row.Extra+"; error: "+peerErrs[j].Error(), "; ")
-				errs = append(errs, fmt.Errorf("%s: %w", ScenarioPeer, peerErrs[j]))
-			}
-			rows = append(rows, row)
-		}
-	}
-	return rows, notes, errors.Join(errs...)
+	rows := append([]Row{cold}, peers.rows(ScenarioPeer, runtime, corralSamples)...)
+	return rows, errors.Join(err, peers.err(ScenarioPeer))
 }
 
 // burst starts opts.Burst creates at once, then execs `echo hi` in every

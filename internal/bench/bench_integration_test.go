@@ -15,10 +15,12 @@ import (
 )
 
 // TestRunAgainstDaemon starts a real daemon (runc, overlay storage, busybox
-// template) and runs every scenario with tiny sizes, runc as the only peer.
+// template) and runs every scenario with tiny sizes, runc and runsc as the
+// peers.
 func TestRunAgainstDaemon(t *testing.T) {
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
+	testutil.RequiresBinary(t, "runsc")
 	testutil.RequiresBinary(t, "busybox")
 	bin := testutil.CorralBinary(t)
 	base, err := os.MkdirTemp("", "corral-bench-") // short: socket paths are limited to 107 bytes
@@ -64,7 +66,7 @@ func TestRunAgainstDaemon(t *testing.T) {
 	}
 
 	rep, err := Run(ctx, Options{Runtime: "runc", Template: "bb", Iterations: 3, Burst: 5, Density: 3,
-		Peers: []string{PeerRunc}, Host: host, Command: "test"}, c)
+		Peers: []string{PeerRunc, PeerRunsc}, Host: host, Command: "test"}, c)
 	var table bytes.Buffer
 	_ = PrintTable(&table, rep)
 	t.Logf("report:\n%s", table.String())
@@ -76,7 +78,7 @@ func TestRunAgainstDaemon(t *testing.T) {
 		byScenario[r.Scenario+"/"+r.Runtime] = r
 	}
 	for _, key := range []string{ScenarioExec + "/runc", ScenarioCold + "/runc", ScenarioWarm + "/runc", ScenarioPeer + "/runc",
-		ScenarioBurst + "/runc", ScenarioDensity + "/runc"} {
+		ScenarioPeer + "/runsc", ScenarioPeerExec + "/runc", ScenarioPeerExec + "/runsc", ScenarioBurst + "/runc", ScenarioDensity + "/runc"} {
 		r, ok := byScenario[key]
 		if !ok || r.P50MS == nil || *r.P50MS <= 0 || r.N == 0 {
 			t.Errorf("row %s missing or without samples: %+v", key, r)
@@ -95,8 +97,21 @@ func TestRunAgainstDaemon(t *testing.T) {
 	if _, ok := d.Metrics["daemon_rss_bytes_per_sandbox"]; !ok || d.Metrics["memory_bytes_per_sandbox"] <= 0 {
 		t.Errorf("density metrics = %v, want memory and daemon RSS per sandbox", d.Metrics)
 	}
-	if _, ok := byScenario[ScenarioPeer+"/runc"].Metrics["corral_ratio_p50"]; !ok {
-		t.Errorf("peer row has no ratio: %+v", byScenario[ScenarioPeer+"/runc"])
+	for _, key := range []string{ScenarioPeer + "/runc", ScenarioPeerExec + "/runc", ScenarioPeerExec + "/runsc"} {
+		if _, ok := byScenario[key].Metrics["corral_ratio_p50"]; !ok {
+			t.Errorf("peer row %s has no ratio: %+v", key, byScenario[key])
+		}
+	}
+	if n := byScenario[ScenarioPeerExec+"/runc"].N; n != 3 {
+		t.Errorf("peer exec samples = %d, want 3 (warm-up execs untimed)", n)
+	}
+	// The peers' exec targets are gone with their containers.
+	if procs, _ := filepath.Glob("/proc/[0-9]*/cmdline"); len(procs) > 0 {
+		for _, p := range procs {
+			if b, err := os.ReadFile(p); err == nil && string(b) == "sleep\x001000000\x00" {
+				t.Errorf("peer exec target still running: %s", filepath.Dir(p))
+			}
+		}
 	}
 	if left, err := c.List(ctx, corral.ListOptions{}); err != nil || len(left) != 0 {
 		t.Errorf("sandboxes left after Run: %v (err %v)", left, err)

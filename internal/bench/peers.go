@@ -34,6 +34,10 @@ type peer struct {
 	argv func(id string) []string
 	// cleanup force-removes container id after a run, if the tool keeps state.
 	cleanup func(id string)
+	// For the OCI runtimes: start returns the command that starts
+	// container id detached on the exec bundle, and exec the command that
+	// runs /bin/true in it; nil for peers without an exec of their own.
+	start, exec func(id string) []string
 }
 
 // peerSet is the bundle the peers share and the peers found on this host.
@@ -80,6 +84,12 @@ func newPeerSet(ctx context.Context, want []string, busybox string) (*peerSet, e
 				cleanup: func(id string) {
 					_ = exec.Command(bin, "--root", root, "delete", "--force", id).Run()
 				},
+				start: func(id string) []string {
+					return append(append([]string{}, global...), "run", "--detach", "--bundle", ps.execBundle(), id)
+				},
+				exec: func(id string) []string {
+					return append(append([]string{}, global...), "exec", id, "/bin/true")
+				},
 			})
 		case PeerBwrap:
 			ps.peers = append(ps.peers, peer{name: name, argv: func(string) []string {
@@ -112,6 +122,22 @@ func (ps *peerSet) makeBundle(ctx context.Context, busybox string) error {
 	if err != nil {
 		return fmt.Errorf("reading peer config: %w", err)
 	}
+	if err := writeConfig(path, raw, ps.dir, []string{"echo", "hi"}); err != nil {
+		return err
+	}
+	// The exec bundle: the same container, with a process that waits.
+	if err := os.Mkdir(ps.execBundle(), 0o755); err != nil {
+		return fmt.Errorf("creating peer exec bundle: %w", err)
+	}
+	return writeConfig(filepath.Join(ps.execBundle(), "config.json"), raw, ps.dir, []string{"sleep", "1000000"})
+}
+
+// execBundle is the bundle of the containers that peers exec into.
+func (ps *peerSet) execBundle() string { return filepath.Join(ps.dir, "exec") }
+
+// writeConfig writes the runc spec raw to path with args as the process,
+// no terminal, and the rootfs of the bundle in dir.
+func writeConfig(path string, raw []byte, dir string, args []string) error {
 	// Edit as a generic map so every field runc spec wrote is kept as is.
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {
@@ -122,14 +148,57 @@ func (ps *peerSet) makeBundle(ctx context.Context, busybox string) error {
 		return errors.New("peer config has no process")
 	}
 	proc["terminal"] = false
-	proc["args"] = []string{"echo", "hi"}
-	if raw, err = json.Marshal(cfg); err != nil {
+	proc["args"] = args
+	root, ok := cfg["root"].(map[string]any)
+	if !ok {
+		return errors.New("peer config has no root")
+	}
+	root["path"] = filepath.Join(dir, "rootfs")
+	out, err := json.Marshal(cfg)
+	if err != nil {
 		return fmt.Errorf("encoding peer config: %w", err)
 	}
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
+	if err := os.WriteFile(path, out, 0o644); err != nil {
 		return fmt.Errorf("writing peer config: %w", err)
 	}
 	return nil
+}
+
+// startExecTarget starts a detached container of p on the exec bundle and
+// returns its ID; the caller removes it with p.cleanup.
+func (ps *peerSet) startExecTarget(ctx context.Context, p peer) (string, error) {
+	id := "corral-bench-exec-" + randHex(4)
+	argv := p.start(id)
+	// The detached container keeps the command's stdout and stderr, so
+	// they go to a file: through a pipe, the output would not end until
+	// the container does.
+	out, err := os.CreateTemp(ps.dir, "start-*.log")
+	if err != nil {
+		return "", fmt.Errorf("starting peer %s for exec: %w", p.name, err)
+	}
+	defer out.Close()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		p.cleanup(id)
+		msg, _ := os.ReadFile(out.Name())
+		return "", fmt.Errorf("starting peer %s for exec: %w: %s", p.name, err, msg)
+	}
+	return id, nil
+}
+
+// execOnce runs /bin/true in p's container id and returns the time from
+// starting the command to its exit.
+func (ps *peerSet) execOnce(ctx context.Context, p peer, id string) (time.Duration, error) {
+	argv := p.exec(id)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stderr limitedBuffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("exec in peer %s: %w: %s", p.name, err, stderr.b)
+	}
+	return time.Since(start), nil
 }
 
 // run runs p once and returns the time from starting the command to the

@@ -18,6 +18,9 @@ const (
 	ScenarioBurst   = "burst create"
 	ScenarioDensity = "density"
 	ScenarioPeer    = "peer cold start"
+	// ScenarioPeerExec is exec of /bin/true in a running container of a
+	// peer OCI runtime (runc exec, runsc exec), interleaved with Corral's.
+	ScenarioPeerExec = "peer exec round trip"
 )
 
 // Row is one measured (or unavailable) scenario.

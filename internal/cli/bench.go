@@ -17,7 +17,7 @@ func (c *cli) bench(args []string) int {
 	fs.IntVar(&opts.Iterations, "iterations", 50, "samples of the exec, cold-start and warm-claim scenarios (0 skips them)")
 	fs.IntVar(&opts.Burst, "burst", 200, "concurrent creates of the burst scenario, each of which must succeed or get 503 with Retry-After (0 skips it)")
 	fs.IntVar(&opts.Density, "density", 100, "idle sandboxes of the density scenario (0 skips it)")
-	peers := fs.Bool("peers", false, "also run the cold start bare on runc, runsc, bwrap and podman where installed")
+	peers := fs.Bool("peers", false, "also run the cold start bare on runc, runsc, bwrap and podman where installed, and time runc exec and runsc exec against Corral's exec")
 	fs.IntVar(&opts.DaemonPID, "daemon-pid", 0, "the daemon's pid, for its RSS (default: the unix socket's peer)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
