@@ -127,6 +127,10 @@ type Manager struct {
 	usage usageCache
 	pools pools     // warm pools (pool.go)
 	life  lifecycle // idle and deadline actions (lifecycle.go)
+
+	// beforeLock, when set, is called by lock after the entry is looked
+	// up and before it waits for op, so tests can order a delete there.
+	beforeLock func(id string)
 }
 
 // entry is the Manager's live view of one sandbox. op serializes lifecycle
@@ -715,17 +719,12 @@ func (m *Manager) List(f Filter) []Sandbox {
 // when ctx is canceled halfway, so a client that goes away cannot leave a
 // half-deleted sandbox.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	e, err := m.entry(id)
+	e, _, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	defer unlock()
 	m.mu.Lock()
-	if m.sandboxes[id] != e { // deleted while we waited for op
-		m.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
-	}
 	e.sb.State = StateDeleting
 	sb := e.sb.clone()
 	m.mu.Unlock()
@@ -801,12 +800,11 @@ func (m *Manager) entry(id string) (*entry, error) {
 // SetTimeout sets a sandbox's deadline to now+timeout (0: no deadline, when
 // the server allows it). This is the only way a deadline changes.
 func (m *Manager) SetTimeout(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
-	e, err := m.entry(id)
+	e, _, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	defer unlock()
 	deadline, err := m.deadline(m.cfg.Now(), timeout)
 	if err != nil {
 		return Sandbox{}, err
@@ -994,8 +992,11 @@ func (m *Manager) checkAlive(ctx context.Context, e *entry) {
 	if err != nil || st == driver.StatusRunning || st == driver.StatusPaused {
 		return
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	_, unlock, err := m.lock(e, id)
+	if err != nil { // deleted meanwhile
+		return
+	}
+	defer unlock()
 	m.setError(ctx, e, fmt.Errorf("sandbox %s stopped unexpectedly (instance is %s)", id, st))
 }
 

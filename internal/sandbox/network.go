@@ -173,12 +173,11 @@ func (m *Manager) waitBackground() {
 // with errdefs.ErrFailedPrecondition (it needs a new sandbox), as does a
 // sandbox without a managed network.
 func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (Sandbox, error) {
-	e, err := m.entry(id)
+	e, _, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	defer unlock()
 	m.mu.RLock()
 	old := clonePolicy(e.sb.Network)
 	state := e.sb.State

@@ -192,20 +192,33 @@ func (m *Manager) ResumeFor(ctx context.Context, id string, timeout time.Duratio
 	return sb, nil
 }
 
-// lockEntry locks sandbox id's op and returns its entry and record, and
-// the unlock function.
+// lockEntry looks sandbox id up, locks its op and returns its entry, a
+// copy of its record and the unlock function. A sandbox deleted while the
+// caller waited for op answers errdefs.ErrNotFound, as an unknown one does.
 func (m *Manager) lockEntry(id string) (*entry, Sandbox, func(), error) {
 	e, err := m.entry(id)
 	if err != nil {
 		return nil, Sandbox{}, nil, err
 	}
+	sb, unlock, err := m.lock(e, id)
+	if err != nil {
+		return nil, Sandbox{}, nil, err
+	}
+	return e, sb, unlock, nil
+}
+
+// lock is lockEntry for a caller that already holds sandbox id's entry.
+func (m *Manager) lock(e *entry, id string) (Sandbox, func(), error) {
+	if m.beforeLock != nil {
+		m.beforeLock(id)
+	}
 	e.op.Lock()
 	sb, err := m.current(e, id)
 	if err != nil {
 		e.op.Unlock()
-		return nil, Sandbox{}, nil, err
+		return Sandbox{}, nil, err
 	}
-	return e, sb, e.op.Unlock, nil
+	return sb, e.op.Unlock, nil
 }
 
 // current returns e's record, or ErrNotFound when the sandbox was deleted
@@ -309,12 +322,11 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 // capture writes the files (and with memory, the checkpoint image) of
 // sandbox id into dir while the sandbox is frozen, and returns its record.
 func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory bool) (_ Sandbox, err error) {
-	e.op.Lock()
-	defer e.op.Unlock()
-	sb, err := m.current(e, id)
+	sb, unlock, err := m.lock(e, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	defer unlock()
 	if sb.State != StateRunning && sb.State != StatePaused {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be snapshotted", id, sb.State)
 	}
