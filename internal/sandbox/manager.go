@@ -488,19 +488,15 @@ func (m *Manager) build(ctx context.Context, sb Sandbox, drv driver.Driver, src 
 		return fail(fmt.Errorf("creating sandbox %s: %w", sb.ID, err))
 	}
 
-	m.mu.Lock()
-	e.agent = ag
-	e.sb.State = StateRunning
-	sb = e.sb.clone()
-	m.mu.Unlock()
 	if started == nil {
 		m.warmAgent(ag)
 	}
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return fail(fmt.Errorf("recording sandbox %s: %w", sb.ID, err))
+	running, err := m.transition(ctx, e, move{to: StateRunning, event: events.Running, edit: func(e *entry) { e.agent = ag }})
+	if err != nil {
+		return fail(err)
 	}
+	sb = running
 	m.met.CreateSeconds.Observe(time.Since(start).Seconds(), sb.Runtime)
-	m.emit(events.Running, sb, nil)
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
 		"duration_ms", time.Since(start).Milliseconds(), "wait_ms", waited.Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
 		"network_ms", net.done.Sub(start).Milliseconds(), "driver_ms", driverDone.Sub(setupDone).Milliseconds())
@@ -724,15 +720,12 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	defer unlock()
-	m.mu.Lock()
-	e.sb.State = StateDeleting
-	sb := e.sb.clone()
-	m.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return fmt.Errorf("recording deletion of sandbox %s: %w", id, err)
+	sb, err := m.transition(ctx, e, move{to: StateDeleting})
+	if err != nil {
+		return err
 	}
 	if err := m.release(ctx, sb.Runtime, id); err != nil {
 		m.setError(ctx, e, err)
@@ -776,15 +769,9 @@ func (m *Manager) forget(ctx context.Context, id string) {
 }
 
 func (m *Manager) setError(ctx context.Context, e *entry, cause error) {
-	m.mu.Lock()
-	e.sb.State = StateError
-	e.sb.Error = cause.Error()
-	sb := e.sb.clone()
-	m.mu.Unlock()
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		m.log.Error("recording sandbox error", "sandbox_id", sb.ID, "err", err)
+	if _, err := m.transition(ctx, e, move{to: StateError, cause: cause, event: events.Error}); err != nil {
+		m.log.Error("recording sandbox error", "sandbox_id", e.sb.ID, "err", err)
 	}
-	m.emit(events.Error, sb, cause)
 }
 
 func (m *Manager) entry(id string) (*entry, error) {

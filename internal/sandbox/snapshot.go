@@ -123,7 +123,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	defer unlock()
-	if err := checkMove(id, sb.State, StatePaused); err != nil {
+	if err := checkMove(id, sb.State, StatePaused); err != nil { // before the driver freezes it
 		return Sandbox{}, err
 	}
 	p, err := m.driverPauser(sb)
@@ -133,19 +133,15 @@ func (m *Manager) Pause(ctx context.Context, id string) (Sandbox, error) {
 	if err := p.Pause(ctx, id); err != nil {
 		return Sandbox{}, fmt.Errorf("pausing sandbox %s: %w", id, err)
 	}
-	m.mu.Lock()
-	e.sb.State = StatePaused
-	sb = e.sb.clone()
-	m.mu.Unlock()
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+	sb, err = m.transition(ctx, e, move{to: StatePaused, event: events.Paused})
+	if err != nil {
 		rerr := p.Resume(context.WithoutCancel(ctx), id)
-		m.mu.Lock()
-		e.sb.State = StateRunning
-		m.mu.Unlock()
-		return Sandbox{}, errors.Join(fmt.Errorf("recording pause of sandbox %s: %w", id, err), rerr)
+		if _, uerr := m.transition(ctx, e, move{to: StateRunning, undo: true}); uerr != nil {
+			rerr = errors.Join(rerr, uerr)
+		}
+		return Sandbox{}, errors.Join(err, rerr)
 	}
 	m.log.Info("sandbox paused", "sandbox_id", id)
-	m.emit(events.Paused, sb, nil)
 	return sb, nil
 }
 
@@ -178,17 +174,12 @@ func (m *Manager) ResumeFor(ctx context.Context, id string, timeout time.Duratio
 	if err := p.Resume(ctx, id); err != nil {
 		return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
-	m.mu.Lock()
-	e.sb.State = StateRunning
-	e.sb.Deadline = deadline
-	sb = e.sb.clone()
-	m.mu.Unlock()
 	e.savedPaused = false
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return Sandbox{}, fmt.Errorf("recording resume of sandbox %s: %w", id, err)
+	sb, err = m.transition(ctx, e, move{to: StateRunning, event: events.Resumed, edit: func(e *entry) { e.sb.Deadline = deadline }})
+	if err != nil {
+		return Sandbox{}, err
 	}
 	m.log.Info("sandbox resumed", "sandbox_id", id)
-	m.emit(events.Resumed, sb, nil)
 	return sb, nil
 }
 
