@@ -19,6 +19,9 @@ type move struct {
 	// undo only sets the state back in memory, neither persisting nor
 	// emitting: it reverts a move whose record could not be persisted.
 	undo bool
+	// observed records a state read from the host by reconcile: the
+	// table is not checked (the host is the truth) and no event emitted.
+	observed bool
 }
 
 // transition moves sandbox e to mv.to: it checks the move against the
@@ -29,9 +32,11 @@ type move struct {
 // emitted, for the caller to roll back or report. The caller holds e.op.
 func (m *Manager) transition(ctx context.Context, e *entry, mv move) (Sandbox, error) {
 	m.mu.Lock()
-	if err := checkMove(e.sb.ID, e.sb.State, mv.to); err != nil {
-		m.mu.Unlock()
-		return Sandbox{}, err
+	if !mv.observed {
+		if err := checkMove(e.sb.ID, e.sb.State, mv.to); err != nil {
+			m.mu.Unlock()
+			return Sandbox{}, err
+		}
 	}
 	e.sb.State = mv.to
 	if mv.cause != nil {
@@ -48,7 +53,7 @@ func (m *Manager) transition(ctx context.Context, e *entry, mv move) (Sandbox, e
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
 		return Sandbox{}, fmt.Errorf("recording sandbox %s as %s: %w", sb.ID, sb.State, err)
 	}
-	if mv.event != "" {
+	if mv.event != "" && !mv.observed {
 		m.emit(mv.event, sb, mv.cause)
 	}
 	return sb, nil
