@@ -220,12 +220,11 @@ func (m *Manager) pauseFor(ctx context.Context, t timer) error {
 	if t.reason != "deadline" {
 		return nil
 	}
-	e, err := m.entry(t.id)
+	e, _, unlock, err := m.lockEntry(t.id)
 	if err != nil {
 		return err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	defer unlock()
 	m.mu.Lock()
 	e.sb.Deadline = time.Time{}
 	sb := e.sb.clone()

@@ -127,6 +127,10 @@ type Manager struct {
 	usage usageCache
 	pools pools     // warm pools (pool.go)
 	life  lifecycle // idle and deadline actions (lifecycle.go)
+
+	// beforeLock, when set, is called by lock after the entry is looked
+	// up and before it waits for op, so tests can order a delete there.
+	beforeLock func(id string)
 }
 
 // entry is the Manager's live view of one sandbox. op serializes lifecycle
@@ -484,19 +488,15 @@ func (m *Manager) build(ctx context.Context, sb Sandbox, drv driver.Driver, src 
 		return fail(fmt.Errorf("creating sandbox %s: %w", sb.ID, err))
 	}
 
-	m.mu.Lock()
-	e.agent = ag
-	e.sb.State = StateRunning
-	sb = e.sb.clone()
-	m.mu.Unlock()
 	if started == nil {
 		m.warmAgent(ag)
 	}
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return fail(fmt.Errorf("recording sandbox %s: %w", sb.ID, err))
+	running, err := m.transition(ctx, e, move{to: StateRunning, event: events.Running, edit: func(e *entry) { e.agent = ag }})
+	if err != nil {
+		return fail(err)
 	}
+	sb = running
 	m.met.CreateSeconds.Observe(time.Since(start).Seconds(), sb.Runtime)
-	m.emit(events.Running, sb, nil)
 	m.log.Info("sandbox created", "sandbox_id", sb.ID, "runtime", sb.Runtime, "template", sb.Template,
 		"duration_ms", time.Since(start).Milliseconds(), "wait_ms", waited.Milliseconds(), "storage_ms", storageDone.Sub(start).Milliseconds(),
 		"network_ms", net.done.Sub(start).Milliseconds(), "driver_ms", driverDone.Sub(setupDone).Milliseconds())
@@ -715,25 +715,17 @@ func (m *Manager) List(f Filter) []Sandbox {
 // when ctx is canceled halfway, so a client that goes away cannot leave a
 // half-deleted sandbox.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	e, err := m.entry(id)
+	e, _, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
-	m.mu.Lock()
-	if m.sandboxes[id] != e { // deleted while we waited for op
-		m.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
-	}
-	e.sb.State = StateDeleting
-	sb := e.sb.clone()
-	m.mu.Unlock()
+	defer unlock()
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return fmt.Errorf("recording deletion of sandbox %s: %w", id, err)
+	sb, err := m.transition(ctx, e, move{to: StateDeleting})
+	if err != nil {
+		return err
 	}
 	if err := m.release(ctx, sb.Runtime, id); err != nil {
 		m.setError(ctx, e, err)
@@ -777,15 +769,9 @@ func (m *Manager) forget(ctx context.Context, id string) {
 }
 
 func (m *Manager) setError(ctx context.Context, e *entry, cause error) {
-	m.mu.Lock()
-	e.sb.State = StateError
-	e.sb.Error = cause.Error()
-	sb := e.sb.clone()
-	m.mu.Unlock()
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		m.log.Error("recording sandbox error", "sandbox_id", sb.ID, "err", err)
+	if _, err := m.transition(ctx, e, move{to: StateError, cause: cause, event: events.Error}); err != nil {
+		m.log.Error("recording sandbox error", "sandbox_id", e.sb.ID, "err", err)
 	}
-	m.emit(events.Error, sb, cause)
 }
 
 func (m *Manager) entry(id string) (*entry, error) {
@@ -801,12 +787,11 @@ func (m *Manager) entry(id string) (*entry, error) {
 // SetTimeout sets a sandbox's deadline to now+timeout (0: no deadline, when
 // the server allows it). This is the only way a deadline changes.
 func (m *Manager) SetTimeout(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
-	e, err := m.entry(id)
+	e, _, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	defer unlock()
 	deadline, err := m.deadline(m.cfg.Now(), timeout)
 	if err != nil {
 		return Sandbox{}, err
@@ -994,8 +979,11 @@ func (m *Manager) checkAlive(ctx context.Context, e *entry) {
 	if err != nil || st == driver.StatusRunning || st == driver.StatusPaused {
 		return
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	_, unlock, err := m.lock(e, id)
+	if err != nil { // deleted meanwhile
+		return
+	}
+	defer unlock()
 	m.setError(ctx, e, fmt.Errorf("sandbox %s stopped unexpectedly (instance is %s)", id, st))
 }
 

@@ -124,6 +124,20 @@ func (h *harness) start(t *testing.T) {
 	})
 }
 
+// restartWithFailDelete restarts the Manager on a new fake driver whose
+// Delete calls failDelete first.
+func (h *harness) restartWithFailDelete(t *testing.T, failDelete func(string) error) {
+	t.Helper()
+	drv, err := fake.New(fake.Config{Root: t.TempDir(), FailDelete: failDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m.Close()
+	h.drv = drv
+	h.cfg.Drivers = []driver.Driver{drv}
+	h.start(t)
+}
+
 // assertClean checks that no sandbox resource is left anywhere.
 func (h *harness) assertClean(t *testing.T) {
 	t.Helper()
@@ -460,19 +474,12 @@ func TestFailedDeleteCanBeRetried(t *testing.T) {
 	boom := errors.New("runtime hiccup")
 	var fail atomic.Bool
 	h := newHarness(t, nil)
-	drv, err := fake.New(fake.Config{Root: t.TempDir(), FailDelete: func(string) error {
+	h.restartWithFailDelete(t, func(string) error {
 		if fail.Load() {
 			return boom
 		}
 		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.m.Close()
-	h.drv = drv
-	h.cfg.Drivers = []driver.Driver{drv}
-	h.start(t)
+	})
 	ctx := t.Context()
 	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
 	if err != nil {

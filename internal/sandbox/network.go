@@ -173,12 +173,11 @@ func (m *Manager) waitBackground() {
 // with errdefs.ErrFailedPrecondition (it needs a new sandbox), as does a
 // sandbox without a managed network.
 func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (Sandbox, error) {
-	e, err := m.entry(id)
+	e, _, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	defer unlock()
 	m.mu.RLock()
 	old := clonePolicy(e.sb.Network)
 	state := e.sb.State
@@ -267,10 +266,9 @@ func (m *Manager) reconcileNetworks(ctx context.Context) error {
 			continue
 		}
 		m.log.Warn("sandbox network is gone; marking the sandbox as error", "sandbox_id", id)
-		e.sb.State = StateError
-		e.sb.Error = "the sandbox's network is gone from the host; delete the sandbox"
-		if err := m.cfg.Store.PutSandbox(ctx, e.sb); err != nil {
-			return fmt.Errorf("recording sandbox %s: %w", id, err)
+		cause := errors.New("the sandbox's network is gone from the host; delete the sandbox")
+		if _, err := m.transition(ctx, e, move{to: StateError, cause: cause}); err != nil {
+			return err
 		}
 	}
 	dirs, err := os.ReadDir(m.cfg.NetworkDir)

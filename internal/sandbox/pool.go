@@ -616,10 +616,13 @@ func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox
 			return Sandbox{}, err
 		}
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
+	_, unlock, err := m.lock(e, id)
+	if err != nil { // deleted meanwhile: for the claimer, a member that changed
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "warm pool member %s changed while being claimed", id)
+	}
+	defer unlock()
 	m.mu.Lock()
-	if m.sandboxes[id] != e || e.sb.State != StateRunning || e.sb.Pool == "" {
+	if e.sb.State != StateRunning || e.sb.Pool == "" {
 		m.mu.Unlock()
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "warm pool member %s changed while being claimed", id)
 	}

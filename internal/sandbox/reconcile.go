@@ -30,49 +30,42 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	for _, sb := range recs {
 		known[sb.ID] = true
 		drv, ok := m.drivers[sb.Runtime]
-		keep := false
+		var mv move
 		switch {
 		case !ok:
 			m.log.Warn("sandbox has an unavailable runtime; keeping it as error", "sandbox_id", sb.ID, "runtime", sb.Runtime)
-			sb.State = StateError
-			sb.Error = fmt.Sprintf("runtime %q is not available on this daemon", sb.Runtime)
-			keep = true
-		case sb.State == StateRunning || sb.State == StatePaused || sb.State == StateError:
-			st, err := drv.Status(ctx, sb.ID)
-			switch {
-			case err != nil:
-				return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
-			case st == driver.StatusRunning:
-				sb.State, keep = StateRunning, true
-			case st == driver.StatusPaused && sb.State == StateRunning:
-				// Frozen by a snapshot or a pause that the daemon did
-				// not finish: the sandbox goes on running, or else is
-				// kept as paused, which it is.
-				sb.State, keep = StateRunning, true
+			mv = move{to: StateError, cause: fmt.Errorf("runtime %q is not available on this daemon", sb.Runtime)}
+		default:
+			var st driver.Status
+			if asksDriver(sb.State) {
+				if st, err = drv.Status(ctx, sb.ID); err != nil {
+					return fmt.Errorf("checking sandbox %s: %w", sb.ID, err)
+				}
+			}
+			act, to := recoverAction(sb.State, st)
+			if act == recoverRelease {
+				m.log.Info("releasing interrupted or stopped sandbox", "sandbox_id", sb.ID, "state", sb.State.String())
+				if err := m.release(ctx, sb.Runtime, sb.ID); err != nil {
+					return fmt.Errorf("releasing sandbox %s: %w", sb.ID, err)
+				}
+				if err := m.cfg.Store.DeleteSandbox(ctx, sb.ID); err != nil {
+					return fmt.Errorf("forgetting sandbox %s: %w", sb.ID, err)
+				}
+				continue
+			}
+			if act == recoverThaw {
 				if err := m.thaw(ctx, drv, sb.ID); err != nil {
 					m.log.Error("resuming sandbox frozen by an interrupted operation", "sandbox_id", sb.ID, "err", err)
-					sb.State = StatePaused
+					to = StatePaused
 				}
-			case st == driver.StatusPaused:
-				sb.State, keep = StatePaused, true
-			case sb.State == StateError:
-				keep = true
 			}
+			mv = move{to: to}
 		}
-		if !keep {
-			m.log.Info("releasing interrupted or stopped sandbox", "sandbox_id", sb.ID, "state", sb.State.String())
-			if err := m.release(ctx, sb.Runtime, sb.ID); err != nil {
-				return fmt.Errorf("releasing sandbox %s: %w", sb.ID, err)
-			}
-			if err := m.cfg.Store.DeleteSandbox(ctx, sb.ID); err != nil {
-				return fmt.Errorf("forgetting sandbox %s: %w", sb.ID, err)
-			}
-			continue
-		}
-		if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-			return fmt.Errorf("recording sandbox %s: %w", sb.ID, err)
-		}
+		mv.observed = true
 		e := &entry{sb: sb}
+		if _, err := m.transition(ctx, e, mv); err != nil {
+			return err
+		}
 		if drv != nil {
 			e.agent = m.newAgent(drv, sb.ID)
 		}
@@ -105,6 +98,47 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	return m.reconcileNetworks(ctx)
+}
+
+// recovery is what reconcile does with a recorded sandbox.
+type recovery int
+
+const (
+	// recoverRelease releases the sandbox's resources and drops its record.
+	recoverRelease recovery = iota + 1
+	// recoverKeep keeps the sandbox in the state recoverAction returns.
+	recoverKeep
+	// recoverThaw thaws the instance, then keeps the sandbox running, or
+	// paused when the thaw fails.
+	recoverThaw
+)
+
+// asksDriver reports whether reconcile needs the driver's status of a
+// sandbox recorded in state rec: creating and deleting ones were
+// interrupted and are released whatever their instance does.
+func asksDriver(rec State) bool {
+	return rec == StateRunning || rec == StatePaused || rec == StateError
+}
+
+// recoverAction decides what reconcile does with a sandbox recorded in
+// state rec whose instance has status st (zero when asksDriver is false),
+// and the state it keeps the sandbox in. A running instance is kept
+// running whatever was recorded; one frozen while recorded running was
+// frozen by a snapshot or pause the daemon did not finish, and is thawed.
+func recoverAction(rec State, st driver.Status) (recovery, State) {
+	switch {
+	case !asksDriver(rec):
+		return recoverRelease, rec
+	case st == driver.StatusRunning:
+		return recoverKeep, StateRunning
+	case st == driver.StatusPaused && rec == StateRunning:
+		return recoverThaw, StateRunning
+	case st == driver.StatusPaused:
+		return recoverKeep, StatePaused
+	case rec == StateError:
+		return recoverKeep, StateError
+	}
+	return recoverRelease, rec
 }
 
 func (m *Manager) reconcileTemplates(ctx context.Context) error {

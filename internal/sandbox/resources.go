@@ -55,17 +55,12 @@ func (m *Manager) SetLifecycle(ctx context.Context, id string, l Lifecycle) (San
 
 // update is Update; members allows warm pool members.
 func (m *Manager) update(ctx context.Context, id string, u Update, members bool) (Sandbox, error) {
-	e, err := m.entry(id)
+	e, sb, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e.op.Lock()
-	defer e.op.Unlock()
-
-	m.mu.RLock()
-	sb, current := e.sb.clone(), m.sandboxes[id] == e
-	m.mu.RUnlock()
-	if !current || (sb.Pool != "" && !members) { // deleted while we waited for op, or hidden
+	defer unlock()
+	if sb.Pool != "" && !members { // hidden
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if sb.State == StateCreating || sb.State == StateDeleting {

@@ -123,7 +123,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	defer unlock()
-	if err := checkMove(id, sb.State, StatePaused); err != nil {
+	if err := checkMove(id, sb.State, StatePaused); err != nil { // before the driver freezes it
 		return Sandbox{}, err
 	}
 	p, err := m.driverPauser(sb)
@@ -133,19 +133,15 @@ func (m *Manager) Pause(ctx context.Context, id string) (Sandbox, error) {
 	if err := p.Pause(ctx, id); err != nil {
 		return Sandbox{}, fmt.Errorf("pausing sandbox %s: %w", id, err)
 	}
-	m.mu.Lock()
-	e.sb.State = StatePaused
-	sb = e.sb.clone()
-	m.mu.Unlock()
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+	sb, err = m.transition(ctx, e, move{to: StatePaused, event: events.Paused})
+	if err != nil {
 		rerr := p.Resume(context.WithoutCancel(ctx), id)
-		m.mu.Lock()
-		e.sb.State = StateRunning
-		m.mu.Unlock()
-		return Sandbox{}, errors.Join(fmt.Errorf("recording pause of sandbox %s: %w", id, err), rerr)
+		if _, uerr := m.transition(ctx, e, move{to: StateRunning, undo: true}); uerr != nil {
+			rerr = errors.Join(rerr, uerr)
+		}
+		return Sandbox{}, errors.Join(err, rerr)
 	}
 	m.log.Info("sandbox paused", "sandbox_id", id)
-	m.emit(events.Paused, sb, nil)
 	return sb, nil
 }
 
@@ -178,34 +174,42 @@ func (m *Manager) ResumeFor(ctx context.Context, id string, timeout time.Duratio
 	if err := p.Resume(ctx, id); err != nil {
 		return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
-	m.mu.Lock()
-	e.sb.State = StateRunning
-	e.sb.Deadline = deadline
-	sb = e.sb.clone()
-	m.mu.Unlock()
 	e.savedPaused = false
-	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		return Sandbox{}, fmt.Errorf("recording resume of sandbox %s: %w", id, err)
+	sb, err = m.transition(ctx, e, move{to: StateRunning, event: events.Resumed, edit: func(e *entry) { e.sb.Deadline = deadline }})
+	if err != nil {
+		return Sandbox{}, err
 	}
 	m.log.Info("sandbox resumed", "sandbox_id", id)
-	m.emit(events.Resumed, sb, nil)
 	return sb, nil
 }
 
-// lockEntry locks sandbox id's op and returns its entry and record, and
-// the unlock function.
+// lockEntry looks sandbox id up, locks its op and returns its entry, a
+// copy of its record and the unlock function. A sandbox deleted while the
+// caller waited for op answers errdefs.ErrNotFound, as an unknown one does.
 func (m *Manager) lockEntry(id string) (*entry, Sandbox, func(), error) {
 	e, err := m.entry(id)
 	if err != nil {
 		return nil, Sandbox{}, nil, err
 	}
+	sb, unlock, err := m.lock(e, id)
+	if err != nil {
+		return nil, Sandbox{}, nil, err
+	}
+	return e, sb, unlock, nil
+}
+
+// lock is lockEntry for a caller that already holds sandbox id's entry.
+func (m *Manager) lock(e *entry, id string) (Sandbox, func(), error) {
+	if m.beforeLock != nil {
+		m.beforeLock(id)
+	}
 	e.op.Lock()
 	sb, err := m.current(e, id)
 	if err != nil {
 		e.op.Unlock()
-		return nil, Sandbox{}, nil, err
+		return Sandbox{}, nil, err
 	}
-	return e, sb, e.op.Unlock, nil
+	return sb, e.op.Unlock, nil
 }
 
 // current returns e's record, or ErrNotFound when the sandbox was deleted
@@ -309,12 +313,11 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 // capture writes the files (and with memory, the checkpoint image) of
 // sandbox id into dir while the sandbox is frozen, and returns its record.
 func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory bool) (_ Sandbox, err error) {
-	e.op.Lock()
-	defer e.op.Unlock()
-	sb, err := m.current(e, id)
+	sb, unlock, err := m.lock(e, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	defer unlock()
 	if sb.State != StateRunning && sb.State != StatePaused {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be snapshotted", id, sb.State)
 	}
