@@ -7,6 +7,23 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 go vet ./...
+# The race detector over the packages whose tests are unit tests or short
+# integration tests. Left out: test/e2e and test/hostile (root, through the
+# CLI), internal/bench (it times real runs), and the packages that drive
+# real runc, gVisor, btrfs or the daemon (driver/runc, driver/gvisor,
+# driver/internal/ocirt, sandbox, daemon, storage/btrfs, storage/overlay).
+# -race needs cgo for this step only; the helpers that build corral and
+# corral-agent for tests set CGO_ENABLED=0 themselves, so those binaries
+# stay static.
+CGO_ENABLED=1 go test -race -p 1 -count=1 -timeout 10m \
+	./internal/agent ./internal/agentconn ./internal/agentd ./internal/cli \
+	./internal/doctor ./internal/driver/fake ./internal/e2b ./internal/egress \
+	./internal/errdefs ./internal/events ./internal/image ./internal/images \
+	./internal/metrics ./internal/network ./internal/reaper ./internal/refill \
+	./internal/seccomp ./internal/server ./internal/snapshot \
+	./internal/storage/internal/fsutil ./internal/storage/internal/ovl \
+	./internal/store ./internal/template ./internal/untar ./internal/wire \
+	./sdk
 # One package at a time (-p 1): several packages measure latency under
 # attack (test/hostile) or time streams, and on a 2-core machine two such
 # packages running at once would measure each other.

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/untar"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -264,7 +264,7 @@ func readlinkat(dfd int, name string) (string, error) {
 // absolute one), a hard link to outside P. Entries before the refused one
 // stay in place.
 //
-// Extraction is template.ExtractTar on the directory pinned inside the
+// Extraction is untar.ExtractTar on the directory pinned inside the
 // file system (see fileSystem.PinDir), fed through a screen that checks
 // names: one extra goroutine and copy per upload, nothing buffered whole.
 func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +291,7 @@ func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
 		pw.CloseWithError(err)
 		screened <- err
 	}()
-	err = template.ExtractTar(r.Context(), pr, dir)
+	err = untar.ExtractTar(r.Context(), pr, dir)
 	pr.CloseWithError(errExtractStopped) // the screen stops at its next write
 	if err != nil {
 		interruptBody(w)

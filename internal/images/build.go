@@ -13,7 +13,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/untar"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -73,7 +73,7 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 	}
 	defer os.RemoveAll(dir)
 	if opts.Context != nil {
-		if err := template.ExtractTar(ctx, opts.Context, dir); err != nil {
+		if err := untar.ExtractTar(ctx, opts.Context, dir); err != nil {
 			return sandbox.Template{}, fmt.Errorf("extracting build context: %w", err)
 		}
 	}

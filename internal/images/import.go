@@ -17,7 +17,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/image"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/untar"
 )
 
 // ImportOptions tune Import of an image archive.
@@ -40,7 +40,7 @@ type ImportOptions struct {
 // An image is loaded into the image cache (verified against its digests)
 // and unpacked like a pulled one, its configuration becoming the
 // template's defaults; its Source is "import". A root file system is
-// extracted as template.ExtractTar does. Either way no entry can land
+// extracted as untar.ExtractTar does. Either way no entry can land
 // outside the template's tree.
 //
 // Cost: the archive is first copied to a temporary file (an image must be
@@ -73,7 +73,7 @@ func (s *Service) Import(ctx context.Context, name string, r io.Reader, opts Imp
 			return sandbox.Template{}, err
 		}
 		t, err := s.m.CreateTemplate(ctx, name, "import", func(dir string) error {
-			return template.ExtractTar(ctx, f, dir)
+			return untar.ExtractTar(ctx, f, dir)
 		})
 		if err != nil {
 			return sandbox.Template{}, err

@@ -22,6 +22,7 @@ import (
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/untar"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -533,7 +534,7 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	t, err := s.m.CreateTemplate(r.Context(), name, "import", func(dir string) error {
-		return template.ExtractTar(r.Context(), r.Body, dir)
+		return untar.ExtractTar(r.Context(), r.Body, dir)
 	})
 	if err != nil {
 		s.writeError(w, r, err)

@@ -46,7 +46,7 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 // symlink that points at the host, apt lists, skeleton files.
 func TestFinishDebian(t *testing.T) {
 	testutil.RequiresRoot(t) // the home directory is chowned to uid 1000
-	root, outside, before := sandboxDirs(t)
+	root, outside, before := testutil.SandboxDirs(t)
 	writeTree(t, root, map[string]string{
 		"etc/passwd":                     "root:x:0:0:root:/root:/bin/bash", // no final newline
 		"etc/group":                      "root:x:0:\n",
@@ -98,7 +98,7 @@ func TestFinishDebian(t *testing.T) {
 			t.Errorf("%s owned by %d:%d, want 1000:1000", p, st.Uid, st.Gid)
 		}
 	}
-	if diff := cmp.Diff(before, snapshotOutside(t, filepath.Dir(root))); diff != "" {
+	if diff := cmp.Diff(before, testutil.SnapshotOutside(t, filepath.Dir(root))); diff != "" {
 		t.Errorf("files outside the tree changed (-before +after):\n%s", diff)
 	}
 }

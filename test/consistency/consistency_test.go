@@ -1,5 +1,6 @@
 // Package consistency holds tests that keep the repository's promises about
-// itself: the public SDK imports nothing internal, the binary is static, and
+// itself: the public SDK imports nothing internal, the guest agent links
+// nothing of the daemon, the binaries are static, and
 // the SDK's JSON shapes match the server's.
 package consistency
 
@@ -32,6 +33,47 @@ func TestSDKImportsNothingInternal(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/corralrun/corral/") && pkg != "github.com/corralrun/corral/sdk" {
 			t.Errorf("sdk depends on %s", pkg)
+		}
+	}
+}
+
+// agentInternal lists the internal packages the guest agent may link: the
+// agent runs inside every sandbox, so it carries nothing of the daemon.
+var agentInternal = map[string]bool{
+	"errdefs":   true,
+	"agentconn": true,
+	"seccomp":   true,
+	"untar":     true,
+	"wire":      true,
+	"agentd":    true,
+}
+
+// agentForbidden names module path prefixes the agent must never link:
+// SQLite, registry clients and nftables.
+var agentForbidden = []string{
+	"modernc.org/sqlite",
+	"github.com/google/go-containerregistry",
+	"github.com/containers/image",
+	"github.com/google/nftables",
+	"github.com/mdlayher/netlink",
+	"github.com/vishvananda/netlink",
+}
+
+func TestAgentLinksNothingOfTheDaemon(t *testing.T) {
+	testutil.RequiresBinary(t, "go")
+	out, err := exec.Command("go", "list", "-deps", "github.com/corralrun/corral/cmd/corral-agent").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const internal = "github.com/corralrun/corral/internal/"
+	for _, pkg := range strings.Fields(string(out)) {
+		if name, ok := strings.CutPrefix(pkg, internal); ok && !agentInternal[name] {
+			t.Errorf("corral-agent depends on %s", pkg)
+		}
+		for _, f := range agentForbidden {
+			if pkg == f || strings.HasPrefix(pkg, f+"/") {
+				t.Errorf("corral-agent depends on %s", pkg)
+			}
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package template
+package untar
 
 import (
 	"archive/tar"
@@ -12,7 +12,6 @@ import (
 	"os"
 
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/untar"
 )
 
 // ExtractTar unpacks the rootfs tarball read from r into dir, creating dir
@@ -78,7 +77,7 @@ func ExtractTar(ctx context.Context, r io.Reader, dir string) error {
 	defer root.Close()
 
 	buf := make([]byte, 128<<10)
-	w := untar.NewWriter(root, buf)
+	w := NewWriter(root, buf)
 	tr := tar.NewReader(src)
 	last := ""
 	for {
@@ -94,9 +93,9 @@ func ExtractTar(ctx context.Context, r io.Reader, dir string) error {
 		// so the header is processed as usual.
 		if err != nil && !errors.Is(err, tar.ErrInsecurePath) {
 			if last == "" {
-				return fmt.Errorf("reading tarball: %w", untar.StreamError(err))
+				return fmt.Errorf("reading tarball: %w", StreamError(err))
 			}
-			return fmt.Errorf("reading tarball after entry %q: %w", last, untar.StreamError(err))
+			return fmt.Errorf("reading tarball after entry %q: %w", last, StreamError(err))
 		}
 		last = hdr.Name
 		if _, err := w.Entry(ctx, hdr, tr); err != nil {
@@ -106,7 +105,7 @@ func ExtractTar(ctx context.Context, r io.Reader, dir string) error {
 	// Read to the end: the gzip checksum comes last, and a caller that
 	// verifies a digest of r needs all of it consumed.
 	if _, err := io.CopyBuffer(io.Discard, src, buf); err != nil {
-		return fmt.Errorf("reading the end of the tarball: %w", untar.StreamError(err))
+		return fmt.Errorf("reading the end of the tarball: %w", StreamError(err))
 	}
 	return w.Finish()
 }
@@ -131,7 +130,7 @@ func decompress(r io.Reader) (io.Reader, error) {
 	case bytes.HasPrefix(head, magicGzip):
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("reading gzip header of tarball: %w", untar.StreamError(err))
+			return nil, fmt.Errorf("reading gzip header of tarball: %w", StreamError(err))
 		}
 		return zr, nil
 	case bytes.HasPrefix(head, magicZstd):

@@ -1,4 +1,4 @@
-package template_test
+package untar_test
 
 import (
 	"archive/tar"
@@ -21,8 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/template"
 	"github.com/corralrun/corral/internal/testutil"
+	"github.com/corralrun/corral/internal/untar"
 )
 
 // member is one tar entry for the archives these tests build.
@@ -81,65 +81,6 @@ func gzipped(t testing.TB, data []byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-// sandboxDirs makes base/root (where extraction goes) and a sentinel
-// base/outside/file beside it, and returns root, outside and a snapshot of
-// everything outside root to compare with afterwards.
-func sandboxDirs(t testing.TB) (root, outside string, snap map[string]string) {
-	t.Helper()
-	base := t.TempDir()
-	root = filepath.Join(base, "root")
-	outside = filepath.Join(base, "outside")
-	for _, d := range []string{root, outside} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(outside, "file"), []byte("sentinel"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, p := range []string{filepath.Join(outside, "file"), outside, base} {
-		if err := os.Chtimes(p, old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root, outside, snapshotOutside(t, base)
-}
-
-// snapshotOutside describes every path under base except base/root: type,
-// mode, owner, mtime and contents.
-func snapshotOutside(t testing.TB, base string) map[string]string {
-	t.Helper()
-	snap := map[string]string{}
-	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == filepath.Join(base, "root") {
-			return filepath.SkipDir
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		desc := fmt.Sprintf("%v uid=%d gid=%d mtime=%d", fi.Mode(), st.Uid, st.Gid, fi.ModTime().UnixNano())
-		if fi.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(data)
-		}
-		snap[strings.TrimPrefix(p, base)] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("walking %s: %v", base, err)
-	}
-	return snap
 }
 
 func readLink(t *testing.T, p string) string {
@@ -483,8 +424,8 @@ func TestExtractTar(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			root, outside, before := sandboxDirs(t)
-			err := template.ExtractTar(t.Context(), bytes.NewReader(tc.archive(t, outside)), root)
+			root, outside, before := testutil.SandboxDirs(t)
+			err := untar.ExtractTar(t.Context(), bytes.NewReader(tc.archive(t, outside)), root)
 			if err != nil {
 				t.Logf("ExtractTar: %v", err)
 			}
@@ -496,7 +437,7 @@ func TestExtractTar(t *testing.T) {
 			case tc.wantMsg != "" && !strings.Contains(fmt.Sprint(err), tc.wantMsg):
 				t.Errorf("ExtractTar error = %q, want it to contain %q", err, tc.wantMsg)
 			}
-			if diff := cmp.Diff(before, snapshotOutside(t, filepath.Dir(root))); diff != "" {
+			if diff := cmp.Diff(before, testutil.SnapshotOutside(t, filepath.Dir(root))); diff != "" {
 				t.Errorf("files outside the root changed (-before +after):\n%s", diff)
 			}
 			if tc.check != nil {
@@ -525,8 +466,8 @@ func TestExtractTarRefusesSparse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("tar: %v", err)
 			}
-			root, _, _ := sandboxDirs(t)
-			err = template.ExtractTar(t.Context(), bytes.NewReader(data), root)
+			root, _, _ := testutil.SandboxDirs(t)
+			err = untar.ExtractTar(t.Context(), bytes.NewReader(data), root)
 			if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "sparse") {
 				t.Fatalf("ExtractTar error = %v, want invalid argument about sparse files", err)
 			}
@@ -536,13 +477,13 @@ func TestExtractTarRefusesSparse(t *testing.T) {
 
 func TestExtractTarOwnership(t *testing.T) {
 	testutil.RequiresRoot(t)
-	root, _, _ := sandboxDirs(t)
+	root, _, _ := testutil.SandboxDirs(t)
 	data := tarball(t,
 		member{name: "d/", typ: tar.TypeDir, mode: 0o750, uid: 1234, gid: 5678},
 		member{name: "d/su", typ: tar.TypeReg, mode: 0o4755, uid: 1000, gid: 1001, body: "x"},
 		member{name: "d/link", typ: tar.TypeSymlink, link: "su", mode: 0o777, uid: 42, gid: 43},
 	)
-	if err := template.ExtractTar(t.Context(), bytes.NewReader(data), root); err != nil {
+	if err := untar.ExtractTar(t.Context(), bytes.NewReader(data), root); err != nil {
 		t.Fatalf("ExtractTar: %v", err)
 	}
 	got := map[string]string{}
@@ -579,7 +520,7 @@ func (r *patternReader) Read(p []byte) (int, error) {
 
 func TestExtractTarStreamsHugeFile(t *testing.T) {
 	const size = 64 << 20
-	root, _, _ := sandboxDirs(t)
+	root, _, _ := testutil.SandboxDirs(t)
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
@@ -595,7 +536,7 @@ func TestExtractTarStreamsHugeFile(t *testing.T) {
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	err := template.ExtractTar(t.Context(), pr, root)
+	err := untar.ExtractTar(t.Context(), pr, root)
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		t.Fatalf("ExtractTar: %v", err)
@@ -613,10 +554,10 @@ func TestExtractTarStreamsHugeFile(t *testing.T) {
 }
 
 func TestExtractTarCanceled(t *testing.T) {
-	root, _, _ := sandboxDirs(t)
+	root, _, _ := testutil.SandboxDirs(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := template.ExtractTar(ctx, bytes.NewReader(tarball(t, file("a", "a", 0o644))), root)
+	err := untar.ExtractTar(ctx, bytes.NewReader(tarball(t, file("a", "a", 0o644))), root)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("ExtractTar error = %v, want context.Canceled", err)
 	}
@@ -652,9 +593,9 @@ func FuzzExtractTar(f *testing.F) {
 		f.Add(gzipped(f, data))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		root, _, before := sandboxDirs(t)
-		template.ExtractTar(t.Context(), bytes.NewReader(data), root)
-		if diff := cmp.Diff(before, snapshotOutside(t, filepath.Dir(root))); diff != "" {
+		root, _, before := testutil.SandboxDirs(t)
+		untar.ExtractTar(t.Context(), bytes.NewReader(data), root)
+		if diff := cmp.Diff(before, testutil.SnapshotOutside(t, filepath.Dir(root))); diff != "" {
 			t.Fatalf("files outside the root changed (-before +after):\n%s", diff)
 		}
 		if _, err := os.Lstat(abs); !errors.Is(err, fs.ErrNotExist) {
