@@ -11,7 +11,8 @@ go vet ./...
 # integration tests. Left out: test/e2e and test/hostile (root, through the
 # CLI), internal/bench (it times real runs), and the packages that drive
 # real runc, gVisor, btrfs or the daemon (driver/runc, driver/gvisor,
-# driver/internal/ocirt, sandbox, daemon, storage/btrfs, storage/overlay).
+# driver/internal/ocirt, daemon, storage/btrfs, storage/overlay). The
+# Manager's own tests (internal/sandbox) run on fakes and are in.
 # -race needs cgo for this step only; the helpers that build corral and
 # corral-agent for tests set CGO_ENABLED=0 themselves, so those binaries
 # stay static.
@@ -20,7 +21,7 @@ CGO_ENABLED=1 go test -race -p 1 -count=1 -timeout 10m \
 	./internal/doctor ./internal/driver/fake ./internal/e2b ./internal/egress \
 	./internal/errdefs ./internal/events ./internal/image ./internal/images \
 	./internal/metrics ./internal/network ./internal/reaper ./internal/refill \
-	./internal/seccomp ./internal/server ./internal/snapshot \
+	./internal/sandbox ./internal/seccomp ./internal/server ./internal/snapshot \
 	./internal/storage/internal/fsutil ./internal/storage/internal/ovl \
 	./internal/store ./internal/template ./internal/untar ./internal/wire \
 	./sdk
