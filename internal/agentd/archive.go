@@ -294,12 +294,16 @@ func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
 	err = untar.ExtractTar(r.Context(), pr, dir)
 	pr.CloseWithError(errExtractStopped) // the screen stops at its next write
 	if err != nil {
-		interruptBody(w)
+		drainBody(w)
 	}
 	if serr := <-screened; serr != nil && !errors.Is(serr, errExtractStopped) {
 		err = serr // the screen's refusal is why extraction ended
 	}
 	if err != nil {
+		// The rest of the archive is read and dropped, for a moment, so
+		// that a client still sending it gets to read the refusal instead
+		// of a connection reset under its write.
+		_, _ = io.Copy(io.Discard, r.Body)
 		wire.WriteError(w, extractError(p, dir, err))
 		return
 	}
@@ -312,6 +316,17 @@ func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
 func interruptBody(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
+
+// drainWait bounds how long a refused upload's remaining body is read
+// before the refusal is sent.
+const drainWait = 2 * time.Second
+
+// drainBody lets reads of the request body go on for drainWait, then end
+// as interruptBody's do; the connection is closed after the response.
+func drainBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainWait))
 }
 
 // errExtractStopped tells the screen that the extractor stopped reading.
