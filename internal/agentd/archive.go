@@ -294,7 +294,7 @@ func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
 	err = untar.ExtractTar(r.Context(), pr, dir)
 	pr.CloseWithError(errExtractStopped) // the screen stops at its next write
 	if err != nil {
-		drainBody(w)
+		interruptBody(w, drainWait)
 	}
 	if serr := <-screened; serr != nil && !errors.Is(serr, errExtractStopped) {
 		err = serr // the screen's refusal is why extraction ended
@@ -310,24 +310,18 @@ func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// interruptBody ends a read of the request body that may be waiting for a
-// client who sends nothing: the connection's read deadline passes. The
-// connection is closed after the response, since its state is unknown.
-func interruptBody(w http.ResponseWriter) {
+// interruptBody ends reads of the request body after wait, so that one
+// waiting for a client who sends nothing returns: the connection's read
+// deadline passes. The connection is closed after the response, since
+// its state is unknown.
+func interruptBody(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(wait))
 }
 
 // drainWait bounds how long a refused upload's remaining body is read
 // before the refusal is sent.
 const drainWait = 2 * time.Second
-
-// drainBody lets reads of the request body go on for drainWait, then end
-// as interruptBody's do; the connection is closed after the response.
-func drainBody(w http.ResponseWriter) {
-	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainWait))
-}
 
 // errExtractStopped tells the screen that the extractor stopped reading.
 var errExtractStopped = errors.New("extraction stopped")

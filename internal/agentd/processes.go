@@ -170,7 +170,7 @@ func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		defer close(stopped)
 		select {
 		case <-p.done:
-			interruptBody(w)
+			interruptBody(w, 0)
 		case <-stop:
 		}
 	}()
