@@ -407,18 +407,21 @@ func (b *Backend) checkQuota() bool {
 		q.repairFailed = false
 	}
 	q.stateMu.Unlock()
+	if !bad {
+		if was {
+			b.log.Info("btrfs quota accounting is consistent again: disk limits are enforced", "path", b.base)
+		}
+		return true
+	}
 	mode := b.kernelQuotaMode()
-	switch {
-	case bad && !was:
+	if !was {
 		b.log.Error("btrfs quota accounting is inconsistent: disk limits are not enforced; roots with a disk limit are refused until it is repaired",
 			"path", b.base, "mode", mode)
-	case !bad && was:
-		b.log.Info("btrfs quota accounting is consistent again: disk limits are enforced", "path", b.base)
 	}
-	if bad && mode == QuotaFull {
+	if mode == QuotaFull {
 		b.repairQuota()
 	}
-	return !bad
+	return false
 }
 
 // repairQuota starts a rescan of full accounting unless one runs. Simple
