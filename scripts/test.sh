@@ -17,13 +17,13 @@ go vet ./...
 # corral-agent for tests set CGO_ENABLED=0 themselves, so those binaries
 # stay static.
 CGO_ENABLED=1 go test -race -p 1 -count=1 -timeout 10m \
-	./internal/agent ./internal/agentconn ./internal/agentd ./internal/cli \
+	./internal/admission ./internal/agentclient ./internal/agentdialout ./internal/agentserver ./internal/cli \
 	./internal/doctor ./internal/driver/fake ./internal/e2b ./internal/egress \
-	./internal/errdefs ./internal/events ./internal/image ./internal/images \
-	./internal/metrics ./internal/network ./internal/reaper ./internal/refill \
-	./internal/sandbox ./internal/seccomp ./internal/server ./internal/snapshot \
-	./internal/storage/internal/fsutil ./internal/storage/internal/ovl \
-	./internal/store ./internal/template ./internal/untar ./internal/wire \
+	./internal/errdefs ./internal/events ./internal/ociimage ./internal/templates \
+	./internal/metrics ./internal/mountinfo ./internal/network ./internal/network/fakenet ./internal/subreaper ./internal/refill \
+	./internal/sandbox ./internal/seccomp ./internal/server ./internal/snapshotdir \
+	./internal/storage/fake ./internal/storage/internal/fsutil ./internal/storage/internal/ovl \
+	./internal/records ./internal/records/memstore ./internal/rootfs ./internal/undo ./internal/untar ./internal/wire \
 	./sdk
 # One package at a time (-p 1): several packages measure latency under
 # attack (test/hostile) or time streams, and on a 2-core machine two such

@@ -155,11 +155,6 @@ func ExtractTar(r io.Reader, dir string) error {
 		return err
 	}
 	defer root.Close()
-	type dirMode struct {
-		name  string
-		mode  fs.FileMode
-		mtime time.Time
-	}
 	var dirs []dirMode
 	tr := tar.NewReader(r)
 	for {
@@ -174,59 +169,81 @@ func ExtractTar(r io.Reader, dir string) error {
 		if err != nil {
 			return err
 		}
-		perm := fs.FileMode(hdr.Mode) & fs.ModePerm
 		if name == "." {
 			continue // the destination itself
 		}
-		if parent := path.Dir(name); parent != "." {
-			if err := root.MkdirAll(parent, 0o755); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
+		d, err := extractEntry(root, tr, hdr, name)
+		if err != nil {
+			return err
 		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, 0o755); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-			// Applied last, so that a read-only directory can be filled.
-			dirs = append(dirs, dirMode{name, perm, hdr.ModTime})
-			continue
-		case tar.TypeReg:
-			if err := replaceable(root, name); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-			if err := extractFile(root, name, perm, tr); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-		case tar.TypeSymlink:
-			if err := replaceable(root, name); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-			continue // its times would be those of its target
-		case tar.TypeLink:
-			target, err := entryName(hdr.Linkname)
-			if err != nil {
-				return err
-			}
-			if err := replaceable(root, name); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-			if err := root.Link(target, name); err != nil {
-				return fmt.Errorf("extracting %s: %w", hdr.Name, err)
-			}
-			continue
-		default:
-			continue
-		}
-		if err := root.Chtimes(name, hdr.ModTime, hdr.ModTime); err != nil {
-			return fmt.Errorf("extracting %s: %w", hdr.Name, err)
+		if d != nil {
+			dirs = append(dirs, *d)
 		}
 	}
-	// Deepest first, so that setting a parent's time is the last change
-	// inside it.
+	return setDirModes(root, dirs)
+}
+
+// dirMode is the metadata of an extracted directory, applied once the
+// whole archive is in.
+type dirMode struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// extractEntry extracts the entry hdr, whose clean name is name, from tr
+// into root. For a directory it returns the mode and time to apply last,
+// so that a read-only directory can still be filled.
+func extractEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string) (*dirMode, error) {
+	wrap := func(err error) error { return fmt.Errorf("extracting %s: %w", hdr.Name, err) }
+	perm := fs.FileMode(hdr.Mode) & fs.ModePerm
+	if parent := path.Dir(name); parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return nil, wrap(err)
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := root.MkdirAll(name, 0o755); err != nil {
+			return nil, wrap(err)
+		}
+		return &dirMode{name, perm, hdr.ModTime}, nil
+	case tar.TypeReg:
+		if err := replaceable(root, name); err != nil {
+			return nil, wrap(err)
+		}
+		if err := extractFile(root, name, perm, tr); err != nil {
+			return nil, wrap(err)
+		}
+		if err := root.Chtimes(name, hdr.ModTime, hdr.ModTime); err != nil {
+			return nil, wrap(err)
+		}
+	case tar.TypeSymlink:
+		if err := replaceable(root, name); err != nil {
+			return nil, wrap(err)
+		}
+		// No times: they would be set on its target.
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return nil, wrap(err)
+		}
+	case tar.TypeLink:
+		target, err := entryName(hdr.Linkname)
+		if err != nil {
+			return nil, err
+		}
+		if err := replaceable(root, name); err != nil {
+			return nil, wrap(err)
+		}
+		if err := root.Link(target, name); err != nil {
+			return nil, wrap(err)
+		}
+	}
+	return nil, nil
+}
+
+// setDirModes applies the directories' modes and times, deepest first, so
+// that setting a parent's time is the last change inside it.
+func setDirModes(root *os.Root, dirs []dirMode) error {
 	slices.Reverse(dirs)
 	for _, d := range dirs {
 		if err := root.Chmod(d.name, d.mode); err != nil {

@@ -71,20 +71,9 @@ const maxAttachMessage = 16 << 20
 // (returning how it ended) or ctx ends or the connection fails (returning
 // the error). Leaving does not stop the process.
 func (c *Client) Attach(ctx context.Context, id string, pid int, opts AttachOptions) (*ExecResult, error) {
-	u := c.base + processPath(id, pid, "/attach")
-	if opts.From > 0 {
-		u += "?from=" + strconv.FormatInt(opts.From, 10)
-	}
-	hdr := http.Header{}
-	if c.apiKey != "" {
-		hdr.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: hdr})
+	conn, err := c.dialAttach(ctx, id, pid, opts.From)
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
-			return nil, decodeError(resp)
-		}
-		return nil, fmt.Errorf("corral daemon unreachable: %w", err)
+		return nil, err
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxAttachMessage)
@@ -99,53 +88,65 @@ func (c *Client) Attach(ctx context.Context, id string, pid int, opts AttachOpti
 	defer wg.Wait()
 	defer cancel()
 	if opts.Resize != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case size, ok := <-opts.Resize:
-					if !ok {
-						return
-					}
-					if sendControl(ctx, conn, attachControl{Type: "resize", Cols: size.Cols, Rows: size.Rows}) != nil {
-						return
-					}
-				}
-			}
-		}()
+		wg.Go(func() { forwardResizes(ctx, conn, opts.Resize) })
 	}
+	return readAttach(ctx, conn, pid, opts)
+}
 
+// dialAttach opens the attach WebSocket of process pid, replaying output
+// from offset from. A refused upgrade returns the server's error.
+func (c *Client) dialAttach(ctx context.Context, id string, pid int, from int64) (*websocket.Conn, error) {
+	u := c.base + processPath(id, pid, "/attach")
+	if from > 0 {
+		u += "?from=" + strconv.FormatInt(from, 10)
+	}
+	hdr := http.Header{}
+	if c.apiKey != "" {
+		hdr.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: hdr})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
+			return nil, decodeError(resp)
+		}
+		return nil, fmt.Errorf("corral daemon unreachable: %w", err)
+	}
+	return conn, nil
+}
+
+// forwardResizes sends each size from sizes as a resize message until
+// sizes is closed, ctx ends or a send fails.
+func forwardResizes(ctx context.Context, conn *websocket.Conn, sizes <-chan PTYSize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case size, ok := <-sizes:
+			if !ok {
+				return
+			}
+			if sendControl(ctx, conn, attachControl{Type: "resize", Cols: size.Cols, Rows: size.Rows}) != nil {
+				return
+			}
+		}
+	}
+}
+
+// readAttach reads the server's messages until the connection ends:
+// output goes to opts' writers, the exit event becomes the result, and
+// error events go to opts.OnError and explain a connection the server
+// then closes.
+func readAttach(ctx context.Context, conn *websocket.Conn, pid int, opts AttachOptions) (*ExecResult, error) {
 	var res *ExecResult
 	var lastErr error
 	for {
 		typ, msg, err := conn.Read(ctx)
 		if err != nil {
-			switch {
-			case res != nil:
-				return res, nil
-			case ctx.Err() != nil:
-				return nil, ctx.Err()
-			case lastErr != nil && websocket.CloseStatus(err) == websocket.StatusInternalError:
-				// The server reports why before it gives up.
-				return nil, lastErr
-			}
-			return nil, fmt.Errorf("attach connection lost: %w", err)
+			return attachEnded(ctx, err, res, lastErr)
 		}
 		if typ == websocket.MessageBinary {
-			if len(msg) == 0 {
-				continue
-			}
-			w := opts.Stdout
-			if msg[0] == 2 {
-				w = opts.Stderr
-			}
-			if w != nil {
-				if _, err := w.Write(msg[1:]); err != nil {
-					return nil, fmt.Errorf("writing output: %w", err)
-				}
+			if err := writeAttachOutput(msg, opts); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -169,6 +170,40 @@ func (c *Client) Attach(ctx context.Context, id string, pid int, opts AttachOpti
 			}
 		}
 	}
+}
+
+// attachEnded is Attach's answer once reading failed with err: the exit
+// when one came, else why the session ended.
+func attachEnded(ctx context.Context, err error, res *ExecResult, lastErr error) (*ExecResult, error) {
+	switch {
+	case res != nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case lastErr != nil && websocket.CloseStatus(err) == websocket.StatusInternalError:
+		// The server reports why before it gives up.
+		return nil, lastErr
+	}
+	return nil, fmt.Errorf("attach connection lost: %w", err)
+}
+
+// writeAttachOutput writes an output message (its first byte the stream:
+// 2 for stderr, else stdout) to the matching writer of opts, if any.
+func writeAttachOutput(msg []byte, opts AttachOptions) error {
+	if len(msg) == 0 {
+		return nil
+	}
+	w := opts.Stdout
+	if msg[0] == 2 {
+		w = opts.Stderr
+	}
+	if w == nil {
+		return nil
+	}
+	if _, err := w.Write(msg[1:]); err != nil {
+		return fmt.Errorf("writing output: %w", err)
+	}
+	return nil
 }
 
 func sendControl(ctx context.Context, conn *websocket.Conn, c attachControl) error {

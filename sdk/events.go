@@ -21,6 +21,8 @@ const (
 	EventDeleted = "deleted" // gone (also after a failed create, with Error set)
 	EventError   = "error"   // the sandbox entered the error state
 	EventTimeout = "timeout" // its deadline passed; a deleted event follows
+	EventStopped = "stopped" // its processes ended; its files stay
+	EventStarted = "started" // a stopped sandbox runs again
 )
 
 // Event is one lifecycle change of a sandbox.

@@ -38,21 +38,56 @@ func pathQuery(p string) url.Values { return url.Values{"path": {p}} }
 
 // ReadFile streams a file out of a sandbox; the caller closes the reader.
 func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, "GET", filesPath(id, ""), pathQuery(path), nil, "")
+	return c.readFileAt(ctx, filesPath(id, ""), path)
+}
+
+// WriteFile streams r into a file in a sandbox, creating parent
+// directories, and returns the new file's info.
+func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mode os.FileMode) (*FileInfo, error) {
+	return c.writeFileAt(ctx, filesPath(id, ""), path, r, mode)
+}
+
+// Stat describes one file.
+func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
+	return c.statAt(ctx, filesPath(id, "/stat"), path)
+}
+
+// ListDir lists a directory, sorted by name.
+func (c *Client) ListDir(ctx context.Context, id, path string) ([]FileInfo, error) {
+	return c.listAt(ctx, filesPath(id, "/list"), path)
+}
+
+// Mkdir creates a directory (and its parents when parents is true).
+func (c *Client) Mkdir(ctx context.Context, id, path string, parents bool) (*FileInfo, error) {
+	return c.mkdirAt(ctx, filesPath(id, "/mkdir"), path, parents)
+}
+
+// Remove deletes a file, or a directory tree when recursive is true.
+func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
+	q := pathQuery(path)
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	return c.doJSON(ctx, "DELETE", filesPath(id, ""), q, nil, nil)
+}
+
+// The file endpoints of sandboxes and volumes share their shapes; these
+// take the endpoint's URL path.
+
+func (c *Client) readFileAt(ctx context.Context, endpoint, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, "GET", endpoint, pathQuery(path), nil, "")
 	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil
 }
 
-// WriteFile streams r into a file in a sandbox, creating parent
-// directories, and returns the new file's info.
-func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mode os.FileMode) (*FileInfo, error) {
+func (c *Client) writeFileAt(ctx context.Context, endpoint, path string, r io.Reader, mode os.FileMode) (*FileInfo, error) {
 	q := pathQuery(path)
 	if mode != 0 {
 		q.Set("mode", fmt.Sprintf("%o", unixMode(mode)))
 	}
-	resp, err := c.do(ctx, "PUT", filesPath(id, ""), q, r, "application/octet-stream")
+	resp, err := c.do(ctx, "PUT", endpoint, q, r, "application/octet-stream")
 	if err != nil {
 		return nil, err
 	}
@@ -64,41 +99,29 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mo
 	return &fi, nil
 }
 
-// Stat describes one file.
-func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
+func (c *Client) statAt(ctx context.Context, endpoint, path string) (*FileInfo, error) {
 	var fi FileInfo
-	if err := c.doJSON(ctx, "GET", filesPath(id, "/stat"), pathQuery(path), nil, &fi); err != nil {
+	if err := c.doJSON(ctx, "GET", endpoint, pathQuery(path), nil, &fi); err != nil {
 		return nil, err
 	}
 	return &fi, nil
 }
 
-// ListDir lists a directory, sorted by name.
-func (c *Client) ListDir(ctx context.Context, id, path string) ([]FileInfo, error) {
+func (c *Client) listAt(ctx context.Context, endpoint, path string) ([]FileInfo, error) {
 	var out []FileInfo
-	if err := c.doJSON(ctx, "GET", filesPath(id, "/list"), pathQuery(path), nil, &out); err != nil {
+	if err := c.doJSON(ctx, "GET", endpoint, pathQuery(path), nil, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// Mkdir creates a directory (and its parents when parents is true).
-func (c *Client) Mkdir(ctx context.Context, id, path string, parents bool) (*FileInfo, error) {
+func (c *Client) mkdirAt(ctx context.Context, endpoint, path string, parents bool) (*FileInfo, error) {
 	var fi FileInfo
 	body := map[string]any{"path": path, "parents": parents}
-	if err := c.doJSON(ctx, "POST", filesPath(id, "/mkdir"), nil, body, &fi); err != nil {
+	if err := c.doJSON(ctx, "POST", endpoint, nil, body, &fi); err != nil {
 		return nil, err
 	}
 	return &fi, nil
-}
-
-// Remove deletes a file, or a directory tree when recursive is true.
-func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
-	q := pathQuery(path)
-	if recursive {
-		q.Set("recursive", "true")
-	}
-	return c.doJSON(ctx, "DELETE", filesPath(id, ""), q, nil, nil)
 }
 
 // Rename moves a file inside a sandbox.

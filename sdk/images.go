@@ -60,6 +60,9 @@ type PullOptions struct {
 	Platform string `json:"platform,omitempty"`
 	// Insecure allows plain HTTP to the registry.
 	Insecure bool `json:"insecure,omitempty"`
+	// Service, if set, is the template's service; the image's own CMD
+	// and ENTRYPOINT never start by themselves.
+	Service *Service `json:"service,omitempty"`
 }
 
 // PullTemplate pulls an image on the daemon and makes template name from
@@ -99,6 +102,8 @@ type DockerfileOptions struct {
 	// egress proxy ("*.example.com" for the names below it).
 	Network      string
 	AllowDomains []string
+	// Service says what the template starts.
+	Service DockerfileService
 }
 
 // BuildTemplateFromDockerfile builds template name on the daemon from a
@@ -134,6 +139,7 @@ func (c *Client) BuildTemplateFromDockerfile(ctx context.Context, name string, o
 	for _, d := range opts.AllowDomains {
 		q.Add("allow_domain", d)
 	}
+	opts.Service.query(q)
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	done := make(chan error, 1)

@@ -27,8 +27,11 @@ type Sandbox struct {
 	Error     string            `json:"error,omitempty"`
 	// Network is the sandbox's network policy, header values left out.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Mounts are the host directories the sandbox sees, each with its
+	// Mode, shallower targets first (no target lies inside another).
+	Mounts []Mount `json:"mounts,omitempty"`
 	// IdleTimeout is the idle timeout in seconds (0: none); OnDeadline and
-	// OnIdle are ActionDestroy or ActionPause.
+	// OnIdle are ActionDestroy, ActionPause or ActionStop.
 	IdleTimeout int64  `json:"idle_timeout,omitempty"`
 	OnDeadline  string `json:"on_deadline,omitempty"`
 	OnIdle      string `json:"on_idle,omitempty"`
@@ -56,19 +59,53 @@ type CreateOptions struct {
 	Pool string
 	// IdleTimeout, when positive, fires OnIdle after that long (whole
 	// seconds) without exec, file or PTY activity. OnDeadline and OnIdle
-	// are ActionDestroy (the default) or ActionPause.
+	// are ActionDestroy (the default), ActionPause or ActionStop.
 	IdleTimeout time.Duration
 	OnDeadline  string
 	OnIdle      string
 	// FromSnapshot starts the sandbox from a snapshot (see Snapshot);
 	// Template, Runtime, limits and Env then default to the snapshot's.
 	FromSnapshot string
+	// Mounts are host directories the sandbox sees, as with docker run
+	// -v. The daemon refuses them (CodePermissionDenied) unless its
+	// operator allows the sources (corral server --allow-mount DIR).
+	Mounts []Mount
 }
+
+// Mount is a host directory or a volume a sandbox sees: set exactly one
+// of Source and Volume.
+type Mount struct {
+	// Source is the absolute host path of the directory, beneath one the
+	// daemon allows; no part of it may be a symlink.
+	Source string `json:"source,omitempty"`
+	// Volume names a volume (CreateVolume) to mount instead.
+	Volume string `json:"volume,omitempty"`
+	// Target is the absolute path in the sandbox.
+	Target string `json:"target"`
+	// Mode is MountReadOnly, MountReadWrite (when empty) or
+	// MountCopyOnWrite.
+	Mode string `json:"mode,omitempty"`
+}
+
+// Mount modes, for Mount.Mode.
+const (
+	// MountReadOnly shows the directory read-only.
+	MountReadOnly = "ro"
+	// MountReadWrite lets the sandbox's writes reach the directory; what
+	// it creates belongs on the host to the directory's owner.
+	MountReadWrite = "rw"
+	// MountCopyOnWrite shows the directory writable, but keeps every
+	// change in the sandbox: the host directory never changes.
+	MountCopyOnWrite = "cow"
+)
 
 // Lifecycle actions, for CreateOptions and UpdateOptions.
 const (
 	ActionDestroy = "destroy"
 	ActionPause   = "pause"
+	// ActionStop stops the sandbox (Client.Stop): its files stay for a
+	// later Start.
+	ActionStop = "stop"
 )
 
 // NoTimeout, used as CreateOptions.Timeout or with SetTimeout, asks for a
@@ -95,6 +132,8 @@ type createRequest struct {
 	OnDeadline   string `json:"on_deadline,omitempty"`
 	OnIdle       string `json:"on_idle,omitempty"`
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // seconds rounds d away from zero to whole seconds, so that a small
@@ -125,7 +164,7 @@ func (opts CreateOptions) request() createRequest {
 		Template: opts.Template, Runtime: opts.Runtime, CPUs: opts.CPUs, MemoryMB: opts.MemoryMB,
 		Pids: opts.Pids, DiskMB: opts.DiskMB, Env: opts.Env, Metadata: opts.Metadata, Network: opts.Network,
 		Pool: opts.Pool, IdleTimeout: *seconds(opts.IdleTimeout), OnDeadline: opts.OnDeadline, OnIdle: opts.OnIdle,
-		FromSnapshot: opts.FromSnapshot,
+		FromSnapshot: opts.FromSnapshot, Mounts: opts.Mounts,
 	}
 	if opts.Timeout != nil {
 		req.Timeout = seconds(*opts.Timeout)

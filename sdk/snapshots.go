@@ -31,6 +31,11 @@ type Snapshot struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	SizeBytes int64             `json:"size_bytes"`
+	// Mounts are the volumes sandboxes made from the snapshot mount;
+	// with VolumesCopied they are the snapshot's own copies, of which
+	// each such sandbox gets a copy.
+	Mounts        []Mount `json:"mounts,omitempty"`
+	VolumesCopied bool    `json:"volumes_copied,omitempty"`
 }
 
 func sandboxPath(id, action string) string {
@@ -49,26 +54,29 @@ func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
 // Resume thaws a paused sandbox and sets its deadline to now + timeout;
 // nil takes the daemon's default timeout, NoTimeout asks for none.
 func (c *Client) Resume(ctx context.Context, id string, timeout *time.Duration) (*Sandbox, error) {
-	body := map[string]*int64{}
-	if timeout != nil {
-		body["timeout"] = seconds(*timeout)
-	}
-	var sb Sandbox
-	if err := c.doJSON(ctx, "POST", sandboxPath(id, "resume"), nil, body, &sb); err != nil {
-		return nil, err
-	}
-	return &sb, nil
+	return c.withDeadline(ctx, id, "resume", timeout)
 }
 
 // CreateSnapshot saves sandbox id under name, with metadata. What it
 // holds depends on the runtime (Runtime.Snapshot).
 func (c *Client) CreateSnapshot(ctx context.Context, id, name string, metadata map[string]string) (*Snapshot, error) {
-	body := struct {
-		Name     string            `json:"name"`
-		Metadata map[string]string `json:"metadata,omitempty"`
-	}{name, metadata}
+	return c.CreateSnapshotWith(ctx, id, SnapshotOptions{Name: name, Metadata: metadata})
+}
+
+// SnapshotOptions are the settings of CreateSnapshotWith.
+type SnapshotOptions struct {
+	Name     string            `json:"name"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Volumes is VolumesShare or VolumesCopy, required when the sandbox
+	// mounts volumes: sandboxes made from the snapshot mount the same
+	// volumes, or copies of copies the snapshot takes.
+	Volumes string `json:"volumes,omitempty"`
+}
+
+// CreateSnapshotWith is CreateSnapshot with options.
+func (c *Client) CreateSnapshotWith(ctx context.Context, id string, o SnapshotOptions) (*Snapshot, error) {
 	var s Snapshot
-	if err := c.doJSON(ctx, "POST", sandboxPath(id, "snapshots"), nil, body, &s); err != nil {
+	if err := c.doJSON(ctx, "POST", sandboxPath(id, "snapshots"), nil, o, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -101,8 +109,32 @@ func (c *Client) DeleteSnapshot(ctx context.Context, name string) error {
 // continue its processes, otherwise they start fresh on a copy of its
 // files.
 func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
+	return c.ForkWith(ctx, id, ForkOptions{Count: count})
+}
+
+// ForkOptions tune ForkWith.
+type ForkOptions struct {
+	// Count is the number of copies.
+	Count int `json:"count"`
+	// Volumes is VolumesShare or VolumesCopy, required when the source
+	// mounts volumes.
+	Volumes string `json:"volumes,omitempty"`
+}
+
+// What a fork's copies get of the source's volumes (ForkOptions.Volumes).
+const (
+	// VolumesShare mounts the same volumes in every copy.
+	VolumesShare = "share"
+	// VolumesCopy gives every copy a copy-on-write copy of each volume,
+	// named <volume>-<copy's ID>.
+	VolumesCopy = "copy"
+)
+
+// ForkWith is Fork with options: for a source that mounts volumes, say
+// whether the copies share them or get copies.
+func (c *Client) ForkWith(ctx context.Context, id string, o ForkOptions) ([]Sandbox, error) {
 	var out []Sandbox
-	if err := c.doJSON(ctx, "POST", sandboxPath(id, "fork"), nil, map[string]int{"count": count}, &out); err != nil {
+	if err := c.doJSON(ctx, "POST", sandboxPath(id, "fork"), nil, o, &out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -24,6 +24,10 @@ type Template struct {
 	BuildKeys []string `json:"build_keys,omitempty"`
 	// Defaults say how processes run in its sandboxes, from the image.
 	Defaults *TemplateDefaults `json:"defaults,omitempty"`
+	// Service, if set, starts in every new sandbox of the template.
+	Service *Service `json:"service,omitempty"`
+	// ReadySnapshots name its ready snapshots by runtime (CaptureReady).
+	ReadySnapshots map[string]string `json:"ready_snapshots,omitempty"`
 }
 
 // Templates lists templates by name.
@@ -69,6 +73,8 @@ type BuildOptions struct {
 	Recipe         string `json:"recipe"`
 	Mirror         string `json:"mirror,omitempty"`
 	BuildEssential bool   `json:"build_essential,omitempty"`
+	// Service, if set, is the template's service.
+	Service *Service `json:"service,omitempty"`
 }
 
 // BuildTemplate builds a template on the daemon, copying its log lines to

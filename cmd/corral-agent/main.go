@@ -1,8 +1,8 @@
 // Command corral-agent is the in-sandbox agent alone: the same code as
 // `corral agent`, in a binary that links nothing of the daemon. It is up
-// about 5 ms sooner than the full corral binary, which initializes every
-// package of the daemon first (docs/BENCHMARKS.md), and a sandbox cannot
-// answer before its agent does. The daemon runs it when it lies next to
+// sooner than the full corral binary, which initializes every package of
+// the daemon first (docs/BENCHMARKS.md), and a sandbox cannot answer
+// before its agent does. The daemon runs it when it lies next to
 // its own executable, is static and comes from the same commit (or when
 // --agent names it), and itself as `corral agent` otherwise.
 //
@@ -13,7 +13,7 @@ package main
 import (
 	"os"
 
-	"github.com/corralrun/corral/internal/agentd"
+	"github.com/corralrun/corral/internal/agentserver"
 )
 
 func main() {
@@ -21,5 +21,5 @@ func main() {
 	if len(args) > 0 && args[0] == "agent" {
 		args = args[1:]
 	}
-	os.Exit(agentd.Main(args))
+	os.Exit(agentserver.Main(args))
 }

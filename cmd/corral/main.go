@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/corralrun/corral/internal/agentd"
+	"github.com/corralrun/corral/internal/agentserver"
 	"github.com/corralrun/corral/internal/cli"
 	"github.com/corralrun/corral/internal/daemon"
 )
@@ -13,5 +13,5 @@ import (
 func main() {
 	env := cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	server := func(args []string) int { return daemon.Main(args, cli.Version) }
-	os.Exit(cli.Main(os.Args[1:], env, server, agentd.Main))
+	os.Exit(cli.Main(os.Args[1:], env, server, agentserver.Main))
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corral "github.com/corralrun/corral/sdk"
@@ -29,7 +27,7 @@ type Options struct {
 	// interleaved with Corral's; empty runs no peers.
 	Peers []string
 	// Busybox is the static busybox binary the peers' rootfs is built from;
-	// "" is template.BusyboxPath.
+	// "" is rootfs.BusyboxPath.
 	Busybox string
 	// Host is the client's CORRAL_HOST, used to find the daemon's pid through
 	// the unix socket for the RSS column; DaemonPID, if set, is used instead.
@@ -382,114 +380,6 @@ func (r *runner) coldStart(ctx context.Context, runtime string, ps *peerSet) ([]
 	}
 	rows := append([]Row{cold}, peers.rows(ScenarioPeer, runtime, corralSamples)...)
 	return rows, errors.Join(err, peers.err(ScenarioPeer))
-}
-
-// burst starts opts.Burst creates at once, then execs `echo hi` in every
-// sandbox that came up, then deletes them all. A create must succeed (201)
-// or be refused with 503 and a Retry-After hint, as a daemon at capacity
-// answers; any other answer fails the scenario. The rate is the creates
-// that succeeded over the time until the last of them answered.
-func (r *runner) burst(ctx context.Context, runtime string) ([]Row, error) {
-	n := r.opts.Burst
-	lat := make([]time.Duration, n)
-	ids := make([]string, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-gate
-			start := time.Now()
-			sb, err := r.create(ctx)
-			lat[i] = time.Since(start)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ids[i] = sb.ID
-		})
-	}
-	start := time.Now()
-	close(gate)
-	wg.Wait()
-
-	var ok []time.Duration
-	var created []string
-	var refused int
-	var last time.Duration // until the last success
-	others := map[string]int{}
-	for i := range n {
-		switch {
-		case ids[i] != "":
-			ok = append(ok, lat[i])
-			created = append(created, ids[i])
-			last = max(last, lat[i])
-		case isRefusal(errs[i]):
-			refused++
-		default:
-			others[errCode(errs[i])]++
-		}
-	}
-	var execFailed atomic.Int64
-	for _, id := range created {
-		wg.Go(func() {
-			res, err := r.c.Exec(ctx, id, corral.ExecOptions{Cmd: []string{"echo", "hi"}})
-			if err != nil || res.ExitCode != 0 {
-				execFailed.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	delErr := r.delMany(ctx, created, 8)
-
-	row := latencyRow(ScenarioBurst, runtime, ok)
-	var rate float64
-	if last > 0 {
-		rate = float64(len(ok)) / last.Seconds()
-	}
-	other := n - len(ok) - refused
-	otherText := "0 other"
-	if other > 0 {
-		otherText = fmt.Sprintf("%d other (%s)", other, fmtCounts(others))
-	}
-	row.Extra = fmt.Sprintf("%d concurrent: %d created (201), %d refused (503 with Retry-After), %s; %.1f creates/s over %.2f s; exec errors: %d",
-		n, len(ok), refused, otherText, rate, last.Seconds(), execFailed.Load())
-	row.Metrics = map[string]float64{"created": float64(len(ok)), "refused": float64(refused), "other": float64(other),
-		"creates_per_s": rate, "wall_s": time.Since(start).Seconds(), "exec_errors": float64(execFailed.Load())}
-	var err error
-	if other > 0 {
-		err = fmt.Errorf("%s: %d of %d creates answered neither 201 nor 503 with Retry-After: %s", ScenarioBurst, other, n, fmtCounts(others))
-	}
-	if execFailed.Load() > 0 {
-		err = errors.Join(err, fmt.Errorf("%s: exec failed in %d of %d sandboxes", ScenarioBurst, execFailed.Load(), len(created)))
-	}
-	if delErr != nil {
-		err = errors.Join(err, fmt.Errorf("%s: %w", ScenarioBurst, delErr))
-	}
-	if err != nil {
-		row.Extra += "; error: " + err.Error()
-	}
-	return []Row{row}, err
-}
-
-// isRefusal reports whether err is a daemon at capacity asking to retry
-// later: 503 with a Retry-After hint.
-func isRefusal(err error) bool {
-	var e *corral.Error
-	return errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0
-}
-
-// errCode names an error for the burst's counts: the daemon's status and
-// code, or what kind of client-side failure it was.
-func errCode(err error) string {
-	var e *corral.Error
-	if errors.As(err, &e) {
-		return fmt.Sprintf("%d_%s", e.Status, e.Code)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return "canceled"
-	}
-	return "transport"
 }
 
 // density creates opts.Density idle sandboxes one after another, then

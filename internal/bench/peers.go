@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/rootfs"
 )
 
 // Peer names, usable in Options.Peers.
@@ -49,7 +49,7 @@ type peerSet struct {
 }
 
 // newPeerSet builds a busybox OCI bundle in a temp dir (rootfs from
-// template.FillBusybox, config from `runc spec` with args [echo hi] and no
+// rootfs.FillBusybox, config from `runc spec` with args [echo hi] and no
 // terminal) and returns the wanted peers that are installed. The caller
 // calls close.
 func newPeerSet(ctx context.Context, want []string, busybox string) (*peerSet, error) {
@@ -111,7 +111,7 @@ func newPeerSet(ctx context.Context, want []string, busybox string) (*peerSet, e
 }
 
 func (ps *peerSet) makeBundle(ctx context.Context, busybox string) error {
-	if err := template.FillBusybox(filepath.Join(ps.dir, "rootfs"), busybox); err != nil {
+	if err := rootfs.FillBusybox(filepath.Join(ps.dir, "rootfs"), busybox); err != nil {
 		return fmt.Errorf("building peer rootfs: %w", err)
 	}
 	if out, err := exec.CommandContext(ctx, "runc", "spec", "-b", ps.dir).CombinedOutput(); err != nil {

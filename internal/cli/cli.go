@@ -1,6 +1,11 @@
 // Package cli implements the corral command line: the client commands built
 // on the public SDK, plus dispatch to the daemon and the agent. It parses
 // flags and prints; it makes no decisions a user of the API could not make.
+//
+// The command table (table.go) lists every command once: the help is
+// generated from it, and cobra dispatches through it and writes the shell
+// completion scripts. Each command parses its own flags with the flag
+// package, so that cobra changes neither their syntax nor their errors.
 package cli
 
 import (
@@ -11,10 +16,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	corral "github.com/corralrun/corral/sdk"
 )
@@ -45,142 +53,51 @@ type Env struct {
 // does not import them.
 func Main(args []string, env Env, server, agent func(args []string) int) int {
 	if len(args) == 0 {
-		usage(env.Stderr)
+		writeUsage(env.Stderr)
 		return exitUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "server":
-		return server(rest)
+	name := args[0]
+	switch name {
 	case "agent":
-		return agent(rest)
-	case "version", "--version":
-		fmt.Fprintln(env.Stdout, "corral", Version)
-		return 0
-	case "help", "-h", "--help":
-		usage(env.Stdout)
-		return 0
+		// Before the command table is built: the agent is the first
+		// process of every sandbox, and its start pays for none of the CLI.
+		return agent(args[1:])
+	case "-h", "--help":
+		name = "help"
+	case "--version":
+		name = "version"
 	}
-	c := &cli{env: env}
-	handlers := map[string]func([]string) int{
-		"run":      c.run,
-		"create":   c.create,
-		"exec":     c.exec,
-		"ls":       c.ls,
-		"rm":       c.rm,
-		"inspect":  c.inspect,
-		"timeout":  c.timeout,
-		"update":   c.update,
-		"network":  c.network,
-		"port":     c.port,
-		"template": c.template,
-		"shell":    c.shell,
-		"attach":   c.attach,
-		"ps":       c.ps,
-		"logs":     c.logs,
-		"kill":     c.kill,
-		"cp":       c.cp,
-		"bench":    c.bench,
-		"doctor":   c.doctor,
-		"events":   c.events,
-		"pool":     c.pool,
-		"pause":    c.pause,
-		"resume":   c.resume,
-		"snapshot": c.snapshot,
-		"fork":     c.fork,
-	}
-	h, ok := handlers[cmd]
-	if !ok {
-		fmt.Fprintf(env.Stderr, "corral: unknown command %q\n", cmd)
-		usage(env.Stderr)
+	c := &cli{env: env, serverMain: server, agentMain: agent}
+	table := commands()
+	if !known(table, name) {
+		fmt.Fprintf(env.Stderr, "corral: unknown command %q\n", name)
+		writeUsage(env.Stderr)
 		return exitUsage
 	}
-	return h(rest)
+	code := 0
+	c.root = c.newRoot(table, &code)
+	c.root.SetArgs(append([]string{name}, args[1:]...))
+	if err := c.root.Execute(); err != nil {
+		fmt.Fprintf(env.Stderr, "corral: %v\n", err)
+		return exitUsage
+	}
+	return code
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: corral COMMAND [flags]
-
-Sandboxes:
-  run [flags] -- CMD...        create a sandbox, run CMD, print its output, destroy it
-  create [flags]               create a sandbox and print its ID
-  exec [flags] ID -- CMD...    run CMD in a sandbox; exits with its status
-                               (-d: start it in the background and print its PID)
-  shell [flags] ID [-- CMD...] interactive terminal (default: the user's login shell);
-                               exits with the remote status
-  ls [--state S] [-q]          list sandboxes
-  inspect ID                   show a sandbox as JSON
-  timeout ID DURATION          set a sandbox's deadline to now+DURATION (0: none)
-  update ID [--cpus N] [--memory M] [--pids N]   change a running sandbox's limits
-  update ID [--idle-timeout D] [--on-idle A] [--on-deadline A]
-                               change its idle timeout and timer actions (destroy|pause)
-  network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...
-                               show a sandbox's network policy, or replace it live
-  port ID PORT                 print the URL at which the daemon forwards HTTP and
-                               WebSockets to PORT of a sandbox (API key required on TCP)
-  rm ID...                     destroy sandboxes
-  events [--sandbox ID] [--type T]... [--json]
-                               follow lifecycle events (created, running, deleted, ...)
-
-Snapshots (runtimes say what they hold: "corral doctor" or GET /v1/runtimes):
-  pause ID...                  freeze every process of sandboxes
-  resume [--timeout D] ID      thaw a sandbox; its deadline becomes now+D (default: the daemon's)
-  snapshot create [--metadata K=V]... ID NAME
-                               save a sandbox: files (runc), or files, memory and processes (gVisor)
-  snapshot ls | rm NAME...     list or delete snapshots
-  snapshot template SNAPSHOT TEMPLATE
-                               make a template of a snapshot's files
-  create --from-snapshot NAME  start a sandbox from a snapshot
-  fork [--count N] ID          copy a sandbox N times (gVisor: the processes go on in each copy)
-
-Processes:
-  ps ID                        list processes (running, and exited ones kept)
-  logs [-f] [--from N] ID PID  print a process's output (replay, then follow with -f)
-  attach [-i] ID PID           connect to a process (PTY: Ctrl-] detaches; the process keeps running)
-  kill [-s SIG] ID PID         signal a process (default SIGKILL)
-
-Files:
-  cp SRC DST                   copy between the host and a sandbox; one side is ID:/path.
-                               Like docker cp: a file onto an existing directory goes
-                               inside it; a directory onto an existing directory goes
-                               inside it as DIR/<name> (SRC ending in /. copies only its
-                               contents); a directory onto a missing path creates it.
-
-Templates:
-  template ls                  list templates
-  template pull NAME REF [--platform P] [--insecure]
-                               make a template from a registry image (its Env, WorkingDir
-                               and User become the defaults of execs in its sandboxes)
-  template import NAME FILE    from a root file system tarball, an OCI image layout tar
-                               or a docker save archive
-  template build NAME [--recipe debian|busybox]
-  template build NAME -f Dockerfile [CONTEXT] [--build-arg K=V]...
-                               build a Dockerfile (FROM, RUN, COPY, ADD, ENV, WORKDIR,
-                               USER, ARG, ...); RUN steps run in sandboxes, without
-                               network unless --network or --allow-domain say otherwise;
-                               unchanged steps come from the cache
-  template rm NAME...          delete templates
-
-Warm pools (creates of a pool's shape, or with --pool NAME, take a ready sandbox):
-  pool set NAME --template T [--runtime R] [--cpus N] [--memory M] [--pids N]
-           [--disk D] [--network MODE] --size N      define or change a pool
-  pool ls                      list pools with their ready sandboxes
-  pool rm NAME...              delete pools and their unclaimed sandboxes
-
-Daemon:
-  server [flags]               run the daemon
-  version
-  doctor [--json]              which runtimes and storage work on this host, and fixes
-  bench [--runtime R] [--iterations N] [--burst B] [--density D] [--peers] [--json]
-                               measure latency, burst, density (and peers) against the daemon
-
-Clients find the daemon through CORRAL_HOST (default unix:///run/corral/corral.sock,
-or http://host:port) and CORRAL_API_KEY.
-`)
+// known says whether name is a command of the table, or one that cobra
+// adds (help, and the hidden requests of the completion scripts).
+func known(table []command, name string) bool {
+	switch name {
+	case "help", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
+		return true
+	}
+	return slices.ContainsFunc(table, func(cmd command) bool { return cmd.name == name })
 }
 
 type cli struct {
-	env Env
+	env                   Env
+	serverMain, agentMain func(args []string) int
+	root                  *cobra.Command // for the completion scripts
 }
 
 func (c *cli) client() (*corral.Client, error) {
@@ -231,6 +148,7 @@ type createFlags struct {
 	pool              string
 	timers            timerFlags
 	fromSnapshot      string
+	volumes           volumeFlag
 }
 
 func (f *createFlags) register(fs *flag.FlagSet) {
@@ -247,11 +165,13 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pool, "pool", "", "warm pool to take the sandbox from (default: a pool of the same shape, if any)")
 	fs.StringVar(&f.fromSnapshot, "from-snapshot", "", "start from a snapshot (its template, runtime, limits and environment are the defaults)")
 	f.timers.register(fs)
+	fs.Var(&f.volumes, "v", "mount a host directory as `SRC:DST[:MODE]`; SRC absolute or ./relative, MODE ro, rw (default) or cow (repeatable; the daemon must allow SRC)")
+	fs.Var(&f.volumes, "volume", "same as -v `SRC:DST[:MODE]`")
 }
 
 func (f *createFlags) options() (corral.CreateOptions, error) {
 	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy(),
-		Pool: f.pool, FromSnapshot: f.fromSnapshot}
+		Pool: f.pool, FromSnapshot: f.fromSnapshot, Mounts: f.volumes.mounts}
 	if opts.Template == "" && opts.Pool == "" && opts.FromSnapshot == "" {
 		opts.Template = "default" // a pool or a snapshot names its template
 	}

@@ -107,6 +107,9 @@ func TestUsageErrors(t *testing.T) {
 		{"cp both local", []string{"cp", "a", "b"}, "exactly one of SRC and DST"},
 		{"cp both remote", []string{"cp", "x:/a", "y:/b"}, "exactly one of SRC and DST"},
 		{"cp one arg", []string{"cp", "x:/a"}, "usage: corral cp"},
+		{"stop without id", []string{"stop"}, "usage: corral stop"},
+		{"start without id", []string{"start"}, "usage: corral start"},
+		{"start with a bad timeout", []string{"start", "--timeout", "soon", "abc"}, "soon"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

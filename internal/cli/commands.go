@@ -336,7 +336,7 @@ func (c *cli) timeout(args []string) int {
 
 func (c *cli) template(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(c.env.Stderr, "usage: corral template ls | pull NAME REF | build NAME [--recipe R | -f Dockerfile [CONTEXT]] | import NAME FILE | rm NAME")
+		fmt.Fprintln(c.env.Stderr, "usage: corral template ls | inspect NAME | service NAME ... | pull NAME REF | build NAME [--recipe R | -f Dockerfile [CONTEXT]] | import NAME FILE | rm NAME")
 		return exitUsage
 	}
 	client, err := c.client()
@@ -354,9 +354,9 @@ func (c *cli) template(args []string) int {
 			return c.fail(err)
 		}
 		tw := tabwriter.NewWriter(c.env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSOURCE\tCREATED")
+		fmt.Fprintln(tw, "NAME\tSOURCE\tCREATED\tSERVICE")
 		for _, t := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Source, t.CreatedAt.Local().Format(time.DateTime))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.Source, t.CreatedAt.Local().Format(time.DateTime), serviceSummary(t.Service))
 		}
 		tw.Flush()
 		return 0
@@ -364,6 +364,20 @@ func (c *cli) template(args []string) int {
 		return c.templateBuild(ctx, client, rest)
 	case "pull":
 		return c.templatePull(ctx, client, rest)
+	case "service":
+		return c.templateService(ctx, client, rest)
+	case "inspect":
+		if len(rest) != 1 {
+			fmt.Fprintln(c.env.Stderr, "usage: corral template inspect NAME")
+			return exitUsage
+		}
+		t, err := client.Template(ctx, rest[0])
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.printJSON(t)
+	case "capture":
+		return c.templateCapture(ctx, client, rest)
 	case "import":
 		if len(rest) != 2 {
 			fmt.Fprintln(c.env.Stderr, "usage: corral template import NAME FILE.tar (a root file system, an OCI image layout or a docker save archive)")

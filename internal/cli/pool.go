@@ -16,8 +16,8 @@ type timerFlags struct {
 
 func (f *timerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.idle, "idle-timeout", "", "act after this long without exec, file or terminal activity, e.g. 10m (0: never)")
-	fs.StringVar(&f.onIdle, "on-idle", "", "what the idle timeout does: destroy (default) or pause")
-	fs.StringVar(&f.onDeadline, "on-deadline", "", "what the deadline does: destroy (default) or pause")
+	fs.StringVar(&f.onIdle, "on-idle", "", "what the idle timeout does: destroy (default), pause or stop")
+	fs.StringVar(&f.onDeadline, "on-deadline", "", "what the deadline does: destroy (default), pause or stop")
 }
 
 // apply sets the actions and returns the idle timeout, nil when not given.

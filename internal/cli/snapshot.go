@@ -93,15 +93,16 @@ func (c *cli) resume(args []string) int {
 func (c *cli) fork(args []string) int {
 	fs := c.flags("fork")
 	count := fs.Int("count", 1, "number of copies")
+	volumes := fs.String("volumes", "", "what the copies get of the sandbox's volumes: share (the same ones) or copy (a copy each)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(c.env.Stderr, "usage: corral fork [--count N] ID")
+		fmt.Fprintln(c.env.Stderr, "usage: corral fork [--count N] [--volumes share|copy] ID")
 		return exitUsage
 	}
 	return c.withClient(func(ctx context.Context, client *corral.Client) int {
-		copies, err := client.Fork(ctx, fs.Arg(0), *count)
+		copies, err := client.ForkWith(ctx, fs.Arg(0), corral.ForkOptions{Count: *count, Volumes: *volumes})
 		if err != nil {
 			return c.fail(err)
 		}
@@ -112,7 +113,7 @@ func (c *cli) fork(args []string) int {
 	})
 }
 
-const snapshotUsage = "usage: corral snapshot create [--metadata K=V]... ID NAME | ls | rm NAME... | template SNAPSHOT TEMPLATE"
+const snapshotUsage = "usage: corral snapshot create [--metadata K=V]... [--volumes share|copy] ID NAME | ls | rm NAME... | template SNAPSHOT TEMPLATE"
 
 // snapshot manages snapshots.
 func (c *cli) snapshot(args []string) int {
@@ -152,11 +153,12 @@ func (c *cli) snapshotCreate(args []string) int {
 	fs := c.flags("snapshot create")
 	var meta multiFlag
 	fs.Var(&meta, "metadata", "metadata KEY=VALUE (repeatable)")
+	volumes := fs.String("volumes", "", "what the snapshot keeps of the sandbox's volumes: share (the same ones) or copy (a copy)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 2 {
-		fmt.Fprintln(c.env.Stderr, "usage: corral snapshot create [--metadata K=V]... ID NAME")
+		fmt.Fprintln(c.env.Stderr, "usage: corral snapshot create [--metadata K=V]... [--volumes share|copy] ID NAME")
 		return exitUsage
 	}
 	m, err := meta.pairs("--metadata")
@@ -165,7 +167,7 @@ func (c *cli) snapshotCreate(args []string) int {
 	}
 	var snap *corral.Snapshot
 	code := c.each(fs.Args()[1:], func(ctx context.Context, client *corral.Client, name string) (err error) {
-		snap, err = client.CreateSnapshot(ctx, fs.Arg(0), name, m)
+		snap, err = client.CreateSnapshotWith(ctx, fs.Arg(0), corral.SnapshotOptions{Name: name, Metadata: m, Volumes: *volumes})
 		return err
 	})
 	if code == 0 {

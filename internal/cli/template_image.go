@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/corralrun/corral/internal/image"
+	"github.com/corralrun/corral/internal/ociimage"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -17,11 +17,11 @@ import (
 // the CLI's stderr (a progress bar on a terminal, plain lines otherwise),
 // and the function that ends the progress output.
 func (c *cli) streamTo() (corral.StreamOptions, func()) {
-	pp := image.NewProgressPrinter(c.env.Stderr)
+	pp := ociimage.NewProgressPrinter(c.env.Stderr)
 	return corral.StreamOptions{
 		Log: &closingLog{w: c.env.Stderr, pp: pp},
 		Progress: func(p corral.Progress) {
-			pp.Update(image.Progress{Action: p.Action, ID: p.ID, Current: p.Current, Total: p.Total, Cached: p.Cached, Done: p.Done})
+			pp.Update(ociimage.Progress{Action: p.Action, ID: p.ID, Current: p.Current, Total: p.Total, Cached: p.Cached, Done: p.Done})
 		},
 	}, func() { _ = pp.Close() }
 }
@@ -30,7 +30,7 @@ func (c *cli) streamTo() (corral.StreamOptions, func()) {
 // two do not share a line on a terminal.
 type closingLog struct {
 	w  io.Writer
-	pp *image.ProgressPrinter
+	pp *ociimage.ProgressPrinter
 }
 
 func (l *closingLog) Write(p []byte) (int, error) {
@@ -43,19 +43,51 @@ func (c *cli) templatePull(ctx context.Context, client *corral.Client, args []st
 	fs := c.flags("template pull")
 	platform := fs.String("platform", "", "platform of a multi-platform image, e.g. linux/arm64 (default linux/amd64)")
 	insecure := fs.Bool("insecure", false, "allow plain HTTP to the registry")
+	var sf serviceFlags
+	sf.register(fs, true)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil || len(pos) != 2 {
-		fmt.Fprintln(c.env.Stderr, "usage: corral template pull NAME REF [--platform P] [--insecure]")
+		fmt.Fprintln(c.env.Stderr, "usage: corral template pull NAME REF [--platform P] [--insecure] [--start CMD [--ready CMD] ...]")
+		return exitUsage
+	}
+	sv, err := sf.service()
+	if err != nil {
+		fmt.Fprintf(c.env.Stderr, "corral template pull: %v\n", err)
 		return exitUsage
 	}
 	stream, done := c.streamTo()
-	t, err := client.PullTemplate(ctx, pos[0], corral.PullOptions{Ref: pos[1], Platform: *platform, Insecure: *insecure}, stream)
+	t, err := client.PullTemplate(ctx, pos[0], corral.PullOptions{Ref: pos[1], Platform: *platform, Insecure: *insecure, Service: sv}, stream)
 	done()
 	if err != nil {
 		return c.fail(err)
 	}
 	fmt.Fprintln(c.env.Stdout, t.Name)
 	return 0
+}
+
+// buildFlags are the flags of `corral template build`: the recipe ones
+// and the Dockerfile ones, which do not mix.
+type buildFlags struct {
+	recipe, mirror     string
+	essential          bool
+	file               string
+	buildArgs, domains multiFlag
+	platform, network  string
+	insecure           bool
+	service            serviceFlags
+}
+
+func (f *buildFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.recipe, "recipe", "", "debian (default when no Dockerfile is given) or busybox")
+	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URL (debian recipe)")
+	fs.BoolVar(&f.essential, "build-essential", false, "include compilers (debian recipe)")
+	fs.StringVar(&f.file, "f", "", "Dockerfile to build (- for stdin; default CONTEXT/Dockerfile)")
+	fs.Var(&f.buildArgs, "build-arg", "build argument K=V, or K to take its value from the environment (repeatable)")
+	fs.StringVar(&f.platform, "platform", "", "platform of the FROM image (default linux/amd64)")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP to the FROM image's registry")
+	fs.StringVar(&f.network, "network", "", "network of RUN steps: none (default), allowlist or open")
+	fs.Var(&f.domains, "allow-domain", "a domain RUN steps may reach (repeatable; implies --network allowlist)")
+	f.service.register(fs, true)
 }
 
 // templateBuild runs `corral template build`: from a recipe
@@ -65,49 +97,56 @@ func (c *cli) templateBuild(ctx context.Context, client *corral.Client, args []s
 	const usage = "usage: corral template build NAME [--recipe debian|busybox]\n" +
 		"       corral template build NAME [-f Dockerfile] [CONTEXT] [--build-arg K=V]... [--platform P] [--insecure]"
 	fs := c.flags("template build")
-	recipe := fs.String("recipe", "", "debian (default when no Dockerfile is given) or busybox")
-	mirror := fs.String("mirror", "", "Debian mirror URL (debian recipe)")
-	essential := fs.Bool("build-essential", false, "include compilers (debian recipe)")
-	file := fs.String("f", "", "Dockerfile to build (- for stdin; default CONTEXT/Dockerfile)")
-	var buildArgs multiFlag
-	fs.Var(&buildArgs, "build-arg", "build argument K=V, or K to take its value from the environment (repeatable)")
-	platform := fs.String("platform", "", "platform of the FROM image (default linux/amd64)")
-	insecure := fs.Bool("insecure", false, "allow plain HTTP to the FROM image's registry")
-	network := fs.String("network", "", "network of RUN steps: none (default), allowlist or open")
-	var domains multiFlag
-	fs.Var(&domains, "allow-domain", "a domain RUN steps may reach (repeatable; implies --network allowlist)")
+	var f buildFlags
+	f.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil || len(pos) < 1 || len(pos) > 2 {
 		fmt.Fprintln(c.env.Stderr, usage)
 		return exitUsage
 	}
-	name := pos[0]
-	contextDir := ""
+	name, contextDir := pos[0], ""
 	if len(pos) == 2 {
 		contextDir = pos[1]
 	}
-	if *file == "" && contextDir == "" {
-		if *network != "" || len(domains) > 0 || len(buildArgs) > 0 || *platform != "" || *insecure {
-			fmt.Fprintln(c.env.Stderr, "corral template build: --build-arg, --platform, --insecure, --network and --allow-domain need a Dockerfile (-f FILE or CONTEXT)")
-			return exitUsage
-		}
-		if *recipe == "" {
-			*recipe = "debian"
-		}
-		t, err := client.BuildTemplate(ctx, name, corral.BuildOptions{Recipe: *recipe, Mirror: *mirror, BuildEssential: *essential}, c.env.Stderr)
-		if err != nil {
-			return c.fail(err)
-		}
-		fmt.Fprintln(c.env.Stdout, t.Name)
-		return 0
+	if f.file == "" && contextDir == "" {
+		return c.buildRecipe(ctx, client, name, &f)
 	}
-	if *recipe != "" || *mirror != "" || *essential {
+	return c.buildDockerfile(ctx, client, name, contextDir, &f)
+}
+
+// buildRecipe builds template name from a recipe (debian by default).
+func (c *cli) buildRecipe(ctx context.Context, client *corral.Client, name string, f *buildFlags) int {
+	if f.network != "" || len(f.domains) > 0 || len(f.buildArgs) > 0 || f.platform != "" || f.insecure {
+		fmt.Fprintln(c.env.Stderr, "corral template build: --build-arg, --platform, --insecure, --network and --allow-domain need a Dockerfile (-f FILE or CONTEXT)")
+		return exitUsage
+	}
+	recipe := f.recipe
+	if recipe == "" {
+		recipe = "debian"
+	}
+	sv, err := f.service.service()
+	if err != nil {
+		fmt.Fprintf(c.env.Stderr, "corral template build: %v\n", err)
+		return exitUsage
+	}
+	t, err := client.BuildTemplate(ctx, name, corral.BuildOptions{Recipe: recipe, Mirror: f.mirror, BuildEssential: f.essential, Service: sv}, c.env.Stderr)
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintln(c.env.Stdout, t.Name)
+	return 0
+}
+
+// buildDockerfile builds template name from the Dockerfile of -f, or of
+// the context directory.
+func (c *cli) buildDockerfile(ctx context.Context, client *corral.Client, name, contextDir string, f *buildFlags) int {
+	if f.recipe != "" || f.mirror != "" || f.essential {
 		fmt.Fprintln(c.env.Stderr, "corral template build: --recipe, --mirror and --build-essential do not apply to a Dockerfile build")
 		return exitUsage
 	}
-	opts := corral.DockerfileOptions{ContextDir: contextDir, Platform: *platform, Insecure: *insecure, Args: map[string]string{},
-		Network: *network, AllowDomains: domains}
-	for _, kv := range buildArgs {
+	opts := corral.DockerfileOptions{ContextDir: contextDir, Platform: f.platform, Insecure: f.insecure, Args: map[string]string{},
+		Network: f.network, AllowDomains: f.domains}
+	for _, kv := range f.buildArgs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			// As docker does: a bare name passes the variable's value
@@ -122,13 +161,20 @@ func (c *cli) templateBuild(ctx context.Context, client *corral.Client, args []s
 		}
 		opts.Args[k] = v
 	}
-	if *file == "" {
-		*file = filepath.Join(contextDir, "Dockerfile")
+	svc, err := f.service.dockerfile()
+	if err != nil {
+		fmt.Fprintf(c.env.Stderr, "corral template build: %v\n", err)
+		return exitUsage
 	}
-	if *file == "-" {
+	opts.Service = svc
+	file := f.file
+	if file == "" {
+		file = filepath.Join(contextDir, "Dockerfile")
+	}
+	if file == "-" {
 		opts.Dockerfile, err = io.ReadAll(c.env.Stdin)
 	} else {
-		opts.Dockerfile, err = os.ReadFile(*file)
+		opts.Dockerfile, err = os.ReadFile(file)
 	}
 	if err != nil {
 		return c.fail(fmt.Errorf("reading the Dockerfile: %w", err))

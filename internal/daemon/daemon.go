@@ -6,17 +6,13 @@ package daemon
 
 import (
 	"context"
-	"debug/buildinfo"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,179 +21,18 @@ import (
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
 	"github.com/corralrun/corral/internal/egress"
-	"github.com/corralrun/corral/internal/images"
 	"github.com/corralrun/corral/internal/metrics"
+	"github.com/corralrun/corral/internal/mounts"
 	"github.com/corralrun/corral/internal/network"
-	"github.com/corralrun/corral/internal/reaper"
+	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/btrfs"
 	"github.com/corralrun/corral/internal/storage/overlay"
-	"github.com/corralrun/corral/internal/store"
+	"github.com/corralrun/corral/internal/subreaper"
+	"github.com/corralrun/corral/internal/templates"
 )
-
-// Config is everything the daemon needs. Zero values take the defaults
-// documented on each field.
-type Config struct {
-	// StateDir holds the database, storage, templates and snapshots
-	// (default /var/lib/corral).
-	StateDir string
-	// RunDir holds what the drivers and the network keep of running
-	// sandboxes: OCI bundles, agent sockets and logs, runc's and runsc's
-	// state, network namespace mounts and name service files (default
-	// DefaultRunDir(StateDir), on the /run tmpfs). None of it outlives the
-	// host's processes, and its files are made and removed in every create
-	// and delete, which on the state dir's disk file system cost
-	// milliseconds per create (docs/BENCHMARKS.md). A state dir that still
-	// holds such state of running sandboxes from an older Corral, which
-	// kept it there, is used as the run dir until none is left.
-	RunDir string
-	// Socket is the root-only unix socket of the API
-	// (default /run/corral/corral.sock).
-	Socket string
-	// Listen, when set, also serves the API on this TCP address; APIKey is
-	// then required.
-	Listen string
-	APIKey string
-	// E2BListen, when set, serves the E2B-compatible API on this TCP
-	// address (point E2B_API_URL and E2B_SANDBOX_URL at it); APIKey is
-	// then required. E2BDomain is the sandbox domain that API reports, for
-	// a TLS proxy with a wildcard name in front of it (optional).
-	E2BListen string
-	E2BDomain string
-	// Storage is "btrfs" (default) or "overlay".
-	Storage string
-	// BtrfsImageSize is the size of the sparse loop image used when the
-	// state dir is not on btrfs (default 20 GiB).
-	BtrfsImageSize int64
-	// BtrfsQuotaMode is how btrfs storage accounts disk limits: "simple"
-	// (default) or "full" (see btrfs.Config.QuotaMode).
-	BtrfsQuotaMode string
-	// Runtime is the default runtime (default "runc").
-	Runtime string
-	// Runtimes are the runtimes to offer besides runc, which is always
-	// there: "gvisor". Empty means gvisor when `corral doctor` finds it
-	// usable on this host (see openGVisor).
-	Runtimes []string
-	// RunscPath is the runsc binary (default: from PATH) and
-	// GVisorPlatform gVisor's platform (default systrap).
-	RunscPath, GVisorPlatform string
-	// RuncPath is the runc binary (default: from PATH).
-	RuncPath string
-	// AgentPath is the static binary run as the in-sandbox agent
-	// (default: DefaultAgent).
-	AgentPath string
-	// CgroupParent holds one cgroup per sandbox (default "/corral").
-	CgroupParent string
-	// Defaults fill the resource limits a create leaves out (DefaultLimits()
-	// when entirely zero) and Max bounds them (zero fields: no bound). A
-	// default disk limit needs btrfs storage.
-	Defaults, Max sandbox.Limits
-	// OpenFiles is RLIMIT_NOFILE of every sandbox process
-	// (runc.DefaultOpenFiles when zero).
-	OpenFiles uint64
-	// NoUserNamespaces builds new templates for sandboxes without user
-	// namespaces, whose root is host root (confined by capabilities,
-	// seccomp and namespaces only). Templates built with them keep them.
-	NoUserNamespaces           bool
-	DefaultTimeout, MaxTimeout time.Duration
-	// DefaultNetwork is the network mode of sandboxes that name neither a
-	// mode nor rules: "none" (default), "allowlist" or "open".
-	DefaultNetwork string
-	// NetworkSubnet holds sandboxes' addresses, a /30 each
-	// (DefaultNetworkSubnet when zero). NetworkPrefix starts the names of
-	// their host-side interfaces (DefaultNetworkPrefix) and NetworkTable
-	// names the nftables table (DefaultNetworkTable). The daemon owns
-	// all three: a second daemon on the host needs its own.
-	NetworkSubnet               netip.Prefix
-	NetworkPrefix, NetworkTable string
-	// NetworkSpares is how many networks of each kind (mode none, and
-	// with a veth) are made ahead for creates to take (network.Config;
-	// 0: none). UserNSSpares is the same for user namespaces of runc
-	// sandboxes (runc.Config).
-	NetworkSpares, UserNSSpares int
-	// DNSUpstreams answer the lookups sandboxes' policies allow
-	// (default: the nameservers of the host's /etc/resolv.conf).
-	DNSUpstreams []netip.AddrPort
-	// ExecOutput and MaxExecOutput cap one exec's streamed output: the
-	// default cap (0: 64 MiB, negative: none) and the most a request may
-	// ask for (0: no maximum).
-	ExecOutput, MaxExecOutput int64
-	// Admission bounds the sandboxes the daemon accepts: host capacity,
-	// per API key limits, starting slots and their wait queue
-	// (sandbox.Admission; zero: none, while `corral server` bounds the
-	// starting slots by default).
-	Admission sandbox.Admission
-	// Pools are warm pools defined (or changed) at every start, next to
-	// those defined through the API, which the store keeps.
-	// PoolConcurrency bounds the pool sandboxes made at once (default 2);
-	// PoolRefillDelay is how long a pool waits after a claim before it
-	// replaces the member (sandbox.Config).
-	Pools           []sandbox.Pool
-	PoolConcurrency int
-	PoolRefillDelay time.Duration
-	Version         string
-	Logger          *slog.Logger
-}
-
-func (c *Config) setDefaults() error {
-	if c.StateDir == "" {
-		c.StateDir = "/var/lib/corral"
-	}
-	if c.Socket == "" {
-		c.Socket = "/run/corral/corral.sock"
-	}
-	if c.Storage == "" {
-		c.Storage = "btrfs"
-	}
-	if c.Runtime == "" {
-		c.Runtime = "runc"
-	}
-	if c.Defaults == (sandbox.Limits{}) {
-		c.Defaults = DefaultLimits()
-	}
-	if err := c.checkRuntimes(); err != nil {
-		return err
-	}
-	if err := checkLimits(c.Defaults, c.Max); err != nil {
-		return err
-	}
-	if c.Defaults.DiskBytes > 0 && c.Storage != "btrfs" {
-		return fmt.Errorf("a default disk limit needs btrfs storage: %s cannot enforce one", c.Storage)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.AgentPath == "" {
-		agent, err := DefaultAgent(c.Logger)
-		if err != nil {
-			return err
-		}
-		c.AgentPath = agent
-	}
-	if err := c.setNetworkDefaults(); err != nil {
-		return err
-	}
-	if c.E2BListen != "" && c.APIKey == "" {
-		return errors.New("--e2b-listen needs an API key (--api-key or CORRAL_API_KEY)")
-	}
-	if c.Listen != "" && c.APIKey == "" {
-		return errors.New("--listen needs an API key (--api-key or CORRAL_API_KEY): the TCP API must not be open")
-	}
-	abs, err := filepath.Abs(c.StateDir)
-	if err != nil {
-		return err
-	}
-	c.StateDir = abs
-	if c.RunDir == "" {
-		c.RunDir = DefaultRunDir(c.StateDir)
-	}
-	if c.RunDir, err = filepath.Abs(c.RunDir); err != nil {
-		return err
-	}
-	return checkRunDir(c.RunDir)
-}
 
 // Daemon is a running Corral daemon.
 type Daemon struct {
@@ -205,14 +40,17 @@ type Daemon struct {
 	log     *slog.Logger
 	lock    *os.File
 	runLock *os.File // the run dir's, when it is not the state dir
-	store   *store.Store
+	store   *records.Store
 	storage storage.Backend
-	reaper  *reaper.Reaper
+	reaper  *subreaper.Reaper
 	drivers []driver.Driver
+	idSlots *runc.IDSlots // the runc driver's, lent to gVisor
 	egress  *egress.Server
 	network *network.Manager
+	mounter *mounts.Mounter
 	manager *sandbox.Manager
-	images  *images.Service
+	metrics *metrics.Registry
+	images  *templates.Service
 	servers []*http.Server
 	e2b     *e2b.Server
 	errc    chan error
@@ -226,23 +64,61 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, errc: make(chan error, 2)}
+	// shutdown is the rollback as well as Stop: it releases, newest first,
+	// what the steps below opened and skips what they did not reach.
 	defer func() {
 		if err != nil {
 			d.shutdown(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := reaper.SetSubreaper(); err != nil {
-		return nil, err
+	// Each step needs the ones before it: the drivers the reaper and the
+	// run dir, the Manager everything, the API the Manager and templates.
+	for _, step := range []func(context.Context) error{
+		d.lockStateDir,
+		d.openRunDir,
+		d.openStore,
+		d.openStorage,
+		d.startReaper,
+		d.openRunc,
+		d.openGVisor,
+		d.openNetwork,
+		d.openMounts,
+		d.reconcile,
+		d.openImages,
+		d.serveAPI,
+		d.serveE2B,
+	} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating state dir: %w", err)
+	d.log.Info("corral daemon started", "state_dir", d.cfg.StateDir, "run_dir", d.cfg.RunDir, "socket", d.cfg.Socket, "listen", d.cfg.Listen,
+		"storage", d.storage.Name(), "agent", d.cfg.AgentPath, "sandboxes", len(d.manager.List(sandbox.Filter{})))
+	return d, nil
+}
+
+// lockStateDir makes this process the subreaper of the sandboxes it
+// starts, and takes the state dir's lock, so that no other daemon manages
+// the same sandboxes.
+func (d *Daemon) lockStateDir(context.Context) error {
+	if err := subreaper.SetSubreaper(); err != nil {
+		return err
 	}
-	if d.lock, err = lockDir(cfg.StateDir); err != nil {
-		return nil, err
+	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
 	}
+	var err error
+	d.lock, err = lockDir(d.cfg.StateDir)
+	return err
+}
+
+// openRunDir settles which run dir this start uses (the one of the last
+// start while it still holds sandboxes), makes and locks it, and records
+// it in the state dir for the next start.
+func (d *Daemon) openRunDir(context.Context) error {
 	dir, kept, err := runDir(d.cfg.StateDir, d.cfg.RunDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if kept {
 		d.log.Warn("the run dir of the last start still holds sandboxes: it stays the run dir until none is left",
@@ -251,45 +127,64 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if d.cfg.RunDir != d.cfg.StateDir {
 		if err := makeRunDir(d.cfg.RunDir); err != nil {
-			return nil, err
+			return err
 		}
 		if d.runLock, err = lockDir(d.cfg.RunDir); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := recordRunDir(d.cfg.StateDir, d.cfg.RunDir); err != nil {
-		return nil, err
-	}
-	if d.store, err = store.Open(ctx, filepath.Join(cfg.StateDir, "corral.db")); err != nil {
-		return nil, err
-	}
-	storageDir := filepath.Join(cfg.StateDir, "storage")
+	return recordRunDir(d.cfg.StateDir, d.cfg.RunDir)
+}
+
+// openStore opens the SQLite records of sandboxes, templates and pools.
+func (d *Daemon) openStore(ctx context.Context) error {
+	var err error
+	d.store, err = records.Open(ctx, filepath.Join(d.cfg.StateDir, "corral.db"))
+	return err
+}
+
+// openStorage opens the storage backend Config.Storage names.
+func (d *Daemon) openStorage(ctx context.Context) error {
+	var err error
 	// Each backend is assigned only once opened: a nil *btrfs.Backend in
 	// d.storage would not be a nil interface, and Stop would close it.
-	switch cfg.Storage {
+	switch d.cfg.Storage {
 	case "btrfs":
 		var b *btrfs.Backend
-		if b, err = btrfs.New(ctx, btrfs.Config{Dir: storageDir, ImageSize: cfg.BtrfsImageSize, QuotaMode: cfg.BtrfsQuotaMode, Logger: d.log}); err == nil {
+		if b, err = btrfs.New(ctx, btrfs.Config{Dir: filepath.Join(d.cfg.StateDir, "storage"), ImageSize: d.cfg.BtrfsImageSize,
+			QuotaMode: d.cfg.BtrfsQuotaMode, Logger: d.log}); err == nil {
 			d.storage = b
 		}
 	case "overlay":
 		var o *overlay.Backend
-		if o, err = overlay.New(ctx, overlay.Config{Dir: filepath.Join(cfg.StateDir, "overlay"), Logger: d.log}); err == nil {
+		if o, err = overlay.New(ctx, overlay.Config{Dir: filepath.Join(d.cfg.StateDir, "overlay"), Logger: d.log}); err == nil {
 			d.storage = o
 		}
 	default:
-		err = fmt.Errorf("unknown storage backend %q (use btrfs or overlay)", cfg.Storage)
+		err = fmt.Errorf("unknown storage backend %q (use btrfs or overlay)", d.cfg.Storage)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening %s storage: %w", cfg.Storage, err)
+		return fmt.Errorf("opening %s storage: %w", d.cfg.Storage, err)
 	}
-	d.reaper = reaper.New(reaper.Options{Logger: d.log})
+	return nil
+}
+
+// startReaper starts reaping the orphans the drivers' processes leave to
+// this subreaper.
+func (d *Daemon) startReaper(ctx context.Context) error {
+	d.reaper = subreaper.New(subreaper.Options{Logger: d.log})
 	d.reaper.Start(context.WithoutCancel(ctx))
+	return nil
+}
+
+// openRunc starts the runc driver, which is always there.
+func (d *Daemon) openRunc(context.Context) error {
+	cfg := d.cfg
 	if cfg.NoUserNamespaces {
 		d.log.Warn("user namespaces are off for new templates: root in their sandboxes is root on the host, held back by capabilities, seccomp and namespaces")
 	}
 	rd, err := runc.New(runc.Config{
-		Root:         filepath.Join(d.cfg.RunDir, "runc"),
+		Root:         filepath.Join(cfg.RunDir, "runc"),
 		RuncPath:     cfg.RuncPath,
 		AgentPath:    cfg.AgentPath,
 		CgroupParent: cfg.CgroupParent,
@@ -305,17 +200,36 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		UserNSSpares:   cfg.UserNSSpares,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting runc driver: %w", err)
+		return fmt.Errorf("starting runc driver: %w", err)
 	}
 	d.drivers = append(d.drivers, rd)
-	if err := d.openGVisor(ctx); err != nil {
-		return nil, err
+	d.idSlots = rd.IDSlots()
+	return nil
+}
+
+// openMounts opens the host side of sandboxes' mounts. It is opened even
+// when --allow-mount allows nothing, so that mounts an earlier daemon made
+// are still released.
+func (d *Daemon) openMounts(context.Context) error {
+	m, err := mounts.New(mounts.Config{
+		Allowed:  d.cfg.AllowMounts,
+		RunDir:   filepath.Join(d.cfg.RunDir, "mounts"),
+		StateDir: filepath.Join(d.cfg.StateDir, "mounts"),
+		Logger:   d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("opening mounts: %w", err)
 	}
-	if err := d.openNetwork(); err != nil {
-		return nil, err
-	}
-	reg := metrics.NewRegistry()
-	d.manager, err = sandbox.New(sandbox.Config{
+	d.mounter = m
+	return nil
+}
+
+// reconcile makes the sandbox Manager, which adopts or cleans up the
+// sandboxes an earlier daemon left, and defines the configured pools.
+func (d *Daemon) reconcile(ctx context.Context) error {
+	cfg := d.cfg
+	d.metrics = metrics.NewRegistry()
+	m, err := sandbox.New(sandbox.Config{
 		Store:          d.store,
 		Storage:        d.storage,
 		Drivers:        d.drivers,
@@ -327,10 +241,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ExecOutput:     cfg.ExecOutput,
 		MaxExecOutput:  cfg.MaxExecOutput,
 		Network:        d.network,
-		NetworkDir:     filepath.Join(d.cfg.RunDir, "netfiles"),
+		Mounter:        d.mounter,
+		NetworkDir:     filepath.Join(cfg.RunDir, "netfiles"),
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
 		Admission:      cfg.Admission,
-		Metrics:        reg,
+		Metrics:        d.metrics,
 		SnapshotDir:    filepath.Join(cfg.StateDir, "snapshots"),
 		Logger:         d.log,
 
@@ -338,43 +253,51 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		PoolRefillDelay: cfg.PoolRefillDelay,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := d.manager.Start(ctx); err != nil {
-		d.manager = nil
-		return nil, fmt.Errorf("reconciling sandboxes: %w", err)
+	// Only a Manager that reconciled is kept: shutdown takes a kept one
+	// as proof of which sandboxes are left.
+	if err := m.Start(ctx); err != nil {
+		return fmt.Errorf("reconciling sandboxes: %w", err)
 	}
+	d.manager = m
 	d.setPools(ctx, cfg.Pools)
-	if err := d.openImages(); err != nil {
-		return nil, err
-	}
-	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: cfg.Version, Storage: d.storage.Name(), Metrics: reg, Logger: d.log})
+	return nil
+}
+
+// serveAPI serves the REST API on the unix socket and, with
+// Config.Listen, on TCP behind the API key.
+func (d *Daemon) serveAPI(context.Context) error {
+	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
+		Metrics: d.metrics, Logger: d.log})
 	if err := d.serveUnix(srv.Handler()); err != nil {
-		return nil, err
+		return err
 	}
-	if cfg.Listen != "" {
-		h, err := srv.AuthHandler(cfg.APIKey)
-		if err != nil {
-			return nil, err
-		}
-		if err := d.serveTCP(h); err != nil {
-			return nil, err
-		}
+	if d.cfg.Listen == "" {
+		return nil
 	}
-	if cfg.E2BListen != "" {
-		// The E2B facade authenticates itself: envd calls carry a
-		// per-sandbox access token, not the API key.
-		d.e2b = e2b.New(e2b.Config{Manager: d.manager, APIKey: cfg.APIKey, Domain: cfg.E2BDomain, Logger: d.log})
-		l, err := net.Listen("tcp", cfg.E2BListen)
-		if err != nil {
-			return nil, fmt.Errorf("listening for the E2B API on %s: %w", cfg.E2BListen, err)
-		}
-		d.log.Info("serving the E2B-compatible API", "listen", l.Addr().String())
-		d.serve(l, d.e2b.Handler())
+	h, err := srv.AuthHandler(d.cfg.APIKey)
+	if err != nil {
+		return err
 	}
-	d.log.Info("corral daemon started", "state_dir", cfg.StateDir, "run_dir", d.cfg.RunDir, "socket", cfg.Socket, "listen", cfg.Listen,
-		"storage", d.storage.Name(), "agent", cfg.AgentPath, "sandboxes", len(d.manager.List(sandbox.Filter{})))
-	return d, nil
+	return d.serveTCP(h)
+}
+
+// serveE2B serves the E2B-compatible API when Config.E2BListen asks for
+// it. It authenticates itself: envd calls carry a per-sandbox access
+// token, not the API key.
+func (d *Daemon) serveE2B(context.Context) error {
+	if d.cfg.E2BListen == "" {
+		return nil
+	}
+	d.e2b = e2b.New(e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Domain: d.cfg.E2BDomain, Logger: d.log})
+	l, err := net.Listen("tcp", d.cfg.E2BListen)
+	if err != nil {
+		return fmt.Errorf("listening for the E2B API on %s: %w", d.cfg.E2BListen, err)
+	}
+	d.log.Info("serving the E2B-compatible API", "listen", l.Addr().String())
+	d.serve(l, d.e2b.Handler())
+	return nil
 }
 
 // Manager returns the daemon's sandbox manager.
@@ -415,6 +338,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 		_ = d.manager.Close() // waits for network teardowns
 	}
 	d.closeNetwork(ctx)
+	if d.mounter != nil {
+		_ = d.mounter.Close()
+	}
 	for _, drv := range d.drivers {
 		_ = drv.Close()
 	}
@@ -441,28 +367,6 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	if d.lock != nil {
 		_ = d.lock.Close()
 	}
-}
-
-// checkLimits refuses defaults above the maximum: every create that
-// relied on them would fail.
-func checkLimits(def, max sandbox.Limits) error {
-	for _, f := range []struct {
-		name     string
-		def, max int64
-	}{
-		{"cpus (millicpus)", def.MilliCPUs, max.MilliCPUs},
-		{"memory (bytes)", def.MemoryBytes, max.MemoryBytes},
-		{"pids", def.Pids, max.Pids},
-		{"disk (bytes)", def.DiskBytes, max.DiskBytes},
-	} {
-		if f.def < 0 || f.max < 0 {
-			return fmt.Errorf("%s limits must not be negative", f.name)
-		}
-		if f.max > 0 && f.def > f.max {
-			return fmt.Errorf("default %s %d exceeds the maximum %d", f.name, f.def, f.max)
-		}
-	}
-	return nil
 }
 
 // lockFile is the daemon's lock in its state dir and in its run dir.
@@ -540,86 +444,4 @@ func removeCgroupParent(parent string) {
 	for _, dir := range dirs {
 		_ = os.Remove(dir)
 	}
-}
-
-// AgentBinary is the file name of the agent-only binary (cmd/corral-agent).
-const AgentBinary = "corral-agent"
-
-// DefaultAgent returns the agent binary the daemon runs when its
-// configuration names none: corral-agent next to this executable when it
-// is there and usable (usableAgent), because it starts about 5 ms sooner
-// than the full binary (cmd/corral-agent), and this executable itself
-// (`corral agent`) otherwise. A corral-agent passed over is logged.
-func DefaultAgent(log *slog.Logger) (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("finding own executable for the agent: %w", err)
-	}
-	lean := filepath.Join(filepath.Dir(exe), AgentBinary)
-	if _, err := os.Stat(lean); err != nil {
-		return exe, nil
-	}
-	if err := usableAgent(lean); err != nil {
-		log.Warn("not using "+AgentBinary+": running this executable as the agent instead", "path", lean, "reason", err)
-		return exe, nil
-	}
-	return lean, nil
-}
-
-// usableAgent says why the agent-only binary at path cannot stand in for
-// this executable's `corral agent`, nil when it can. It must be the
-// corral-agent command, a static executable (it runs in sandbox roots that
-// may have no dynamic loader) and, when both binaries record the commit
-// they were built from, built from the same one: an agent left over from
-// an older installation would speak an older protocol.
-func usableAgent(path string) error {
-	f, err := elf.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return errors.New("it is linked dynamically (build it with CGO_ENABLED=0)")
-		}
-	}
-	theirs, err := buildinfo.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("reading its build information: %w", err)
-	}
-	if theirs.Path != agentPackage {
-		return fmt.Errorf("it is %s, not %s", theirs.Path, agentPackage)
-	}
-	ours, ok := debug.ReadBuildInfo()
-	if !ok {
-		return nil
-	}
-	if a, b := commitOf(ours), commitOf(theirs); a != "" && b != "" && a != b {
-		return fmt.Errorf("it was built from commit %s, this executable from %s", b, a)
-	}
-	return nil
-}
-
-// agentPackage is the main package of the agent-only binary.
-const agentPackage = "github.com/corralrun/corral/cmd/corral-agent"
-
-// commitOf returns the commit bi was built from, with "+modified" for a
-// tree with uncommitted changes, or "" when the build did not record it
-// (-buildvcs=false, or built outside a checkout).
-func commitOf(bi *debug.BuildInfo) string {
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+modified"
-			}
-		}
-	}
-	if rev == "" {
-		return ""
-	}
-	return rev + modified
 }

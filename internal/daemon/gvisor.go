@@ -55,6 +55,7 @@ func (d *Daemon) openGVisor(ctx context.Context) error {
 		// As for runc: the ioctls have no other use inside a sandbox.
 		DenyIoctls: btrfs.SubvolumeIoctls(),
 		Logger:     d.log,
+		IDSlots:    d.idSlots,
 	})
 	if err != nil {
 		return fmt.Errorf("starting gvisor driver: %w", err)

@@ -46,7 +46,7 @@ func (c *Config) setNetworkDefaults() error {
 // openNetwork starts the egress server (DNS resolver and proxies) and the
 // network Manager, which makes or repairs its nftables table. Sandboxes'
 // networks are reconciled later, by the sandbox Manager.
-func (d *Daemon) openNetwork() error {
+func (d *Daemon) openNetwork(context.Context) error {
 	ups := d.cfg.DNSUpstreams
 	if len(ups) == 0 {
 		var err error

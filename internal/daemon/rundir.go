@@ -33,9 +33,10 @@ func DefaultRunDir(stateDir string) string {
 // after its parent.
 var runDirEntries = []string{
 	"runc", "runc/state", "runc/sandboxes", "runc/userns-spares",
-	"gvisor", "gvisor/state", "gvisor/sandboxes",
+	"gvisor", "gvisor/state", "gvisor/sandboxes", "gvisor/ids",
 	"network", "network/netns",
 	"netfiles",
+	"mounts",
 }
 
 // runDir is the run dir of a daemon with state dir stateDir and configured
@@ -76,7 +77,7 @@ func recordRunDir(stateDir, dir string) error {
 // daemon on that run dir finds and removes what is stale; a daemon on
 // another would leave all of it behind.
 func hasRuntimeState(dir string) bool {
-	for _, sub := range []string{"runc/state", "runc/sandboxes", "runc/userns-spares", "gvisor/state", "gvisor/sandboxes", "network/netns"} {
+	for _, sub := range []string{"runc/state", "runc/sandboxes", "runc/userns-spares", "gvisor/state", "gvisor/sandboxes", "gvisor/ids", "network/netns", "mounts"} {
 		entries, err := os.ReadDir(filepath.Join(dir, sub))
 		if err == nil && len(entries) > 0 {
 			return true

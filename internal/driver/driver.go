@@ -13,6 +13,7 @@ package driver
 import (
 	"context"
 	"net"
+	"os"
 )
 
 // Spec is everything a driver needs to create one instance.
@@ -31,6 +32,8 @@ type Spec struct {
 	// the sandbox (veth, host-side rules; package network). Nil means a
 	// new namespace with loopback only.
 	Network *Network
+	// Mounts are host directories the sandbox sees, in order.
+	Mounts []Mount
 	// Started, when set, is called at most once, before Create returns
 	// and without blocking, once a connection made with DialAgent is
 	// queued for the agent and nothing remains to be done to the instance
@@ -38,6 +41,60 @@ type Spec struct {
 	// moment the agent is ready, while Create still waits for it. A driver
 	// that cannot tell need not call it.
 	Started func()
+}
+
+// Mount is a host directory the daemon prepared for a sandbox (package
+// mounts): already resolved beneath an allowed root, with its read-only,
+// ID-mapping or copy-on-write layering in place, so the driver only binds
+// it, recursively, at Target.
+type Mount struct {
+	// Source is the host path to bind; Target the absolute path in the
+	// sandbox.
+	Source, Target string
+	// ReadOnly asks the driver to bind it read-only too; the prepared
+	// source already is, recursively, so this only keeps the runtime's
+	// view consistent.
+	ReadOnly bool
+}
+
+// HostIDs are the host user and group IDs of a sandbox's root user.
+type HostIDs struct{ UID, GID uint32 }
+
+// The stored ID range: on disk, templates, sandbox roots and volumes keep
+// the files of sandbox user or group i as host ID StoredIDBase+i, for i
+// below StoredIDSize. The range lies above the IDs distributions hand out
+// to users and to /etc/subuid ranges, and no host process runs in it
+// outside a sandbox. A sandbox that runs under other host IDs sees these
+// files through ID-mapped mounts.
+const (
+	StoredIDBase = 1 << 31
+	StoredIDSize = 1 << 16
+)
+
+// RootOwner is implemented by drivers whose sandboxes' root user is not
+// host root (a user namespace maps it elsewhere): the daemon then maps
+// the owner of a writable host directory it mounts to these IDs, so that
+// the sandbox's root owns it inside and its files keep their owner on the
+// host. A driver without it runs sandboxes' root as host root.
+type RootOwner interface {
+	// RootOwner returns the host IDs of the root user of a sandbox on the
+	// root file system rootfs (prepared by storage, not yet started).
+	RootOwner(rootfs string) (HostIDs, error)
+}
+
+// IDReserver is implemented by drivers that run each sandbox under host
+// IDs of its own rather than in the stored range. The range has to be
+// known before storage mounts the sandbox's root, whose layers show the
+// stored range as the sandbox's, so the Manager reserves it first.
+type IDReserver interface {
+	// ReserveIDs reserves host IDs for sandbox id, whose root storage will
+	// make from the template tree at template (a host path), and returns
+	// the user namespace to make the root with (storage.RootOptions.IDMap;
+	// the caller closes it once the root is made). It returns nil when
+	// the sandbox runs in the stored range anyway (a template whose owners
+	// were not shifted). Create then runs the sandbox under the reserved
+	// IDs; Delete(id) releases them, also when Create was never called.
+	ReserveIDs(ctx context.Context, id, template string) (*os.File, error)
 }
 
 // Network is a prepared network namespace and the files that go with it.

@@ -1,198 +1,161 @@
 package e2b
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/corralrun/corral/internal/e2b/envdpb"
+	"github.com/corralrun/corral/internal/e2b/envdpb/envdpbconnect"
 	"github.com/corralrun/corral/internal/errdefs"
 )
 
-// This file implements the server side of the Connect protocol
-// (https://connectrpc.com/docs/protocol) for the envd services, over
-// HTTP/1.1 or HTTP/2:
-//
-//   - Unary: "POST /<service>/<method>" with Content-Type application/json
-//     or application/proto and the message as the body; success is 200 with
-//     the response message, failure an HTTP status with the JSON body
-//     {"code": "not_found", "message": "..."}.
-//   - Streaming: Content-Type application/connect+json or +proto; every
-//     message in either direction is an envelope, "a 1-byte flags field
-//     followed by a 4-byte big-endian length and the message"; flag 0x01
-//     marks a compressed message, flag 0x02 the end-of-stream message,
-//     which is always JSON: {"error": {...}} on failure, {} otherwise. The
-//     HTTP status of a stream is 200 even when it fails.
-//   - "Connect-Timeout-Ms" bounds the call; compression "gzip" is accepted
-//     on requests (Content-Encoding for unary, Connect-Content-Encoding for
-//     streams); responses are never compressed.
+// The envd services speak the Connect protocol
+// (https://connectrpc.com/docs/protocol) through connect-go, with the
+// messages of envdpb, in JSON and binary protobuf, unary and streaming.
+// Around connect-go, Corral keeps: its error kinds mapped to Connect codes
+// and redacted as on every API; streams ended by Close with
+// "unavailable"; requests gzip-compressed or not, and responses never
+// compressed, so that every client reads them whatever it advertises.
 
-const (
-	// maxMessage bounds one request message (SendInput carries stdin).
-	maxMessage     = 32 << 20
-	flagCompressed = 0x01
-	flagEndStream  = 0x02
-)
+// maxMessage bounds one request message (SendInput carries stdin).
+const maxMessage = 32 << 20
 
-// codec is the encoding of one call: JSON, or binary protobuf.
-type codec struct{ proto bool }
+// rpcs is the handler of the envd services and the procedures they serve.
+type rpcs struct {
+	handler http.Handler
+	known   map[string]bool // "/<service>/<method>"
+	errors  *connect.ErrorWriter
+}
 
-func (c codec) decode(data []byte, m request) error {
-	if c.proto {
-		return parseProto(data, m)
+func (s *Server) newRPCs() rpcs {
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(maxMessage),
+		connect.WithCompressMinBytes(math.MaxInt),
+		connect.WithCodec(protoCodec{}),
+		connect.WithCodec(jsonCodec{}),
+		connect.WithInterceptors(rpcErrors{s}),
 	}
-	return decodeJSON(data, m)
-}
-
-func (c codec) encode(m response) ([]byte, error) {
-	if c.proto {
-		return appendProto(nil, m), nil
+	mux := http.NewServeMux()
+	mux.Handle(envdpbconnect.NewProcessHandler(processService{s}, opts...))
+	mux.Handle(envdpbconnect.NewFilesystemHandler(filesystemService{s}, opts...))
+	known := map[string]bool{}
+	for _, fd := range []protoreflect.FileDescriptor{envdpb.File_process_proto, envdpb.File_filesystem_proto} {
+		for i := range fd.Services().Len() {
+			svc := fd.Services().Get(i)
+			for j := range svc.Methods().Len() {
+				known["/"+string(svc.FullName())+"/"+string(svc.Methods().Get(j).Name())] = true
+			}
+		}
 	}
-	return json.Marshal(m)
+	return rpcs{handler: mux, known: known, errors: connect.NewErrorWriter(opts...)}
 }
 
-func (c codec) name() string {
-	if c.proto {
-		return "proto"
-	}
-	return "json"
-}
+// rpcCallKey is the context key of the rpcCall of a request.
+type rpcCallKey struct{}
 
-// rpcKind is the shape of a method.
-type rpcKind int
-
-const (
-	unary rpcKind = iota + 1
-	serverStream
-	clientStream
-)
-
-// rpcMethod serves one Connect procedure. Exactly one of the functions is
-// set, matching kind.
-type rpcMethod struct {
-	kind   rpcKind
-	unary  func(ctx context.Context, c *call) (response, error)
-	stream func(ctx context.Context, c *call, out *stream) error
-	// client reads the request stream from in (one message per call).
-	client func(ctx context.Context, c *call, in func(request) (bool, error)) (response, error)
-}
-
-// call is one request to an envd method.
-type call struct {
+// rpcCall is what the envd handlers need of the HTTP request beyond the
+// message: the sandbox it addresses, and the request for redaction.
+type rpcCall struct {
 	sandbox string
-	codec   codec
-	header  http.Header
-	body    []byte // the request message of unary and server-streaming calls
+	r       *http.Request
 }
 
-// decode reads the request message into m.
-func (c *call) decode(m request) error {
-	if err := c.codec.decode(c.body, m); err != nil {
-		return fmt.Errorf("decoding request: %w", err)
-	}
-	return nil
+// callOf returns the rpcCall that serveRPC put in ctx.
+func callOf(ctx context.Context) rpcCall {
+	c, _ := ctx.Value(rpcCallKey{}).(rpcCall)
+	return c
 }
 
-// serveRPC dispatches one Connect call for sandbox id.
+// serveRPC serves one Connect call for sandbox id.
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, id string) {
-	m, ok := s.rpcs[r.URL.Path]
-	if !ok {
-		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s is not implemented by Corral", strings.TrimPrefix(r.URL.Path, "/")))
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	if !s.rpcs.known[r.URL.Path] {
+		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s is not implemented by Corral", name))
 		return
 	}
 	if r.Method != http.MethodPost {
-		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s: only POST is supported, not %s", strings.TrimPrefix(r.URL.Path, "/"), r.Method))
+		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "envd method %s: only POST is supported, not %s", name, r.Method))
 		return
 	}
-	streaming, cdc, err := contentType(r.Header.Get("Content-Type"))
-	if err != nil {
-		w.Header().Set("Accept-Post", "application/json, application/proto, application/connect+json, application/connect+proto")
-		http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
-		return
-	}
-	if streaming != (m.kind != unary) {
-		s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "envd method %s: content type %s does not fit a %s method",
-			strings.TrimPrefix(r.URL.Path, "/"), r.Header.Get("Content-Type"), map[bool]string{true: "streaming", false: "unary"}[m.kind != unary]))
-		return
-	}
-	ctx := r.Context()
-	if v := r.Header.Get("Connect-Timeout-Ms"); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			s.writeRPCError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid Connect-Timeout-Ms %q", v))
-			return
+	ctx := context.WithValue(r.Context(), rpcCallKey{}, rpcCall{sandbox: id, r: r})
+	s.rpcs.handler.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// writeRPCError answers a call that fails before it is dispatched, in the
+// form its content type expects, with what its client may see of err.
+func (s *Server) writeRPCError(w http.ResponseWriter, r *http.Request, err error) {
+	_ = s.rpcs.errors.Write(w, r, connectError(s.redact(r, err)))
+}
+
+// rpcErrors is the interceptor that turns the errors of the envd handlers
+// into Connect errors, redacted, and that ends streams when the Server
+// closes.
+type rpcErrors struct{ s *Server }
+
+func (i rpcErrors) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil {
+			return nil, i.s.rpcError(ctx, err)
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
-		defer cancel()
+		return resp, nil
 	}
-	if m.kind != unary {
-		var release func()
-		ctx, release = s.streamContext(ctx)
+}
+
+func (rpcErrors) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i rpcErrors) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, release := i.s.streamContext(ctx)
 		defer release()
+		return i.s.rpcError(ctx, closedCause(ctx, next(ctx, conn)))
 	}
-	c := &call{sandbox: id, codec: cdc, header: r.Header}
-	switch m.kind {
-	case unary:
-		body, err := readUnary(r)
-		if err != nil {
-			s.writeRPCError(w, r, err)
-			return
-		}
-		c.body = body
-		resp, err := m.unary(ctx, c)
-		if err != nil {
-			s.writeRPCError(w, r, err)
-			return
-		}
-		data, err := cdc.encode(resp)
-		if err != nil {
-			s.writeRPCError(w, r, fmt.Errorf("encoding response: %w", err))
-			return
-		}
-		w.Header().Set("Content-Type", "application/"+cdc.name())
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(data)
-	case serverStream:
-		out := newStream(w, cdc)
-		in := envelopeReader{r: r.Body, compressed: r.Header.Get("Connect-Content-Encoding")}
-		body, ok, err := in.next()
-		if err == nil && !ok {
-			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "the request stream holds no message")
-		}
-		if err == nil {
-			c.body = body
-			err = closedCause(ctx, m.stream(ctx, c, out))
-		}
-		out.finish(s.redact(r, err))
-	case clientStream:
-		out := newStream(w, cdc)
-		in := envelopeReader{r: r.Body, compressed: r.Header.Get("Connect-Content-Encoding")}
-		resp, err := m.client(ctx, c, func(msg request) (bool, error) {
-			data, ok, err := in.next()
-			if err != nil || !ok {
-				return false, err
-			}
-			if err := cdc.decode(data, msg); err != nil {
-				return false, fmt.Errorf("decoding request: %w", err)
-			}
-			return true, nil
-		})
-		if err == nil {
-			err = out.send(resp)
-		}
-		out.finish(s.redact(r, closedCause(ctx, err)))
+}
+
+// rpcError is err as the client of the call in ctx may see it. An error
+// of connect-go's own (a message that does not parse) is already one.
+func (s *Server) rpcError(ctx context.Context, err error) error {
+	var ce *connect.Error
+	if err == nil || errors.As(err, &ce) {
+		return err
 	}
+	if c := callOf(ctx); c.r != nil {
+		err = s.redact(c.r, err)
+	}
+	return connectError(err)
+}
+
+// connectError maps an error to its Connect code. Corral's kinds share
+// names with Connect's codes, except not_implemented (unimplemented) and
+// busy, which Connect has no name for (unknown).
+func connectError(err error) *connect.Error {
+	code := connect.CodeUnknown
+	switch name := errdefs.Code(err); {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case name == errdefs.CodeNotImplemented:
+		code = connect.CodeUnimplemented
+	default:
+		_ = code.UnmarshalText([]byte(name)) // leaves code unknown when it fails
+	}
+	return connect.NewError(code, err)
 }
 
 // streamContext returns ctx, ended also when the Server closes (streams
@@ -224,152 +187,18 @@ func closedCause(ctx context.Context, err error) error {
 	return err
 }
 
-// contentType parses a Connect content type.
-func contentType(v string) (streaming bool, c codec, err error) {
-	mt, _, err := mime.ParseMediaType(v)
-	if err != nil {
-		return false, codec{}, fmt.Errorf("invalid content type %q", v)
-	}
-	switch mt {
-	case "application/json":
-		return false, codec{}, nil
-	case "application/proto":
-		return false, codec{proto: true}, nil
-	case "application/connect+json":
-		return true, codec{}, nil
-	case "application/connect+proto":
-		return true, codec{proto: true}, nil
-	}
-	return false, codec{}, fmt.Errorf("unsupported content type %q: use application/json, application/proto or their application/connect+ streaming forms", v)
+// sender serializes the sends of one response stream: connect-go's
+// streams must not be written from two goroutines at once, and keepalives
+// come from a goroutine of their own.
+type sender[T any] struct {
+	mu   sync.Mutex
+	send func(T) error
 }
 
-// readUnary reads a unary request body, decompressing it if needed.
-func readUnary(r *http.Request) ([]byte, error) {
-	var body io.Reader = http.MaxBytesReader(nil, r.Body, maxMessage)
-	switch enc := r.Header.Get("Content-Encoding"); enc {
-	case "", "identity":
-	case "gzip":
-		zr, err := gzip.NewReader(body)
-		if err != nil {
-			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading gzip request: %v", err)
-		}
-		body = io.LimitReader(zr, maxMessage+1)
-	default:
-		return nil, errdefs.Errorf(errdefs.ErrNotImplemented, "request compression %q is not supported (use gzip or identity)", enc)
-	}
-	data, err := io.ReadAll(body)
-	if err != nil {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading request: %v", err)
-	}
-	if len(data) > maxMessage {
-		return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "request message larger than %d bytes", maxMessage)
-	}
-	return data, nil
-}
-
-// envelopeReader reads the enveloped messages of a streaming request.
-type envelopeReader struct {
-	r          io.Reader
-	compressed string // the Connect-Content-Encoding of the request
-}
-
-// next returns the next message; ok is false at the end of the stream.
-func (e envelopeReader) next() (data []byte, ok bool, err error) {
-	var hdr [5]byte
-	if _, err := io.ReadFull(e.r, hdr[:]); err != nil {
-		if err == io.EOF {
-			return nil, false, nil
-		}
-		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading request envelope: %v", err)
-	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > maxMessage {
-		return nil, false, errdefs.Errorf(errdefs.ErrResourceExhausted, "request message of %d bytes is larger than %d", n, maxMessage)
-	}
-	data = make([]byte, n)
-	if _, err := io.ReadFull(e.r, data); err != nil {
-		return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading request message: %v", err)
-	}
-	if hdr[0]&flagEndStream != 0 {
-		return nil, false, nil // clients do not send one, but it ends the stream
-	}
-	if hdr[0]&flagCompressed != 0 {
-		if e.compressed != "gzip" {
-			return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "compressed message with Connect-Content-Encoding %q (only gzip is supported)", e.compressed)
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading gzip message: %v", err)
-		}
-		if data, err = io.ReadAll(io.LimitReader(zr, maxMessage+1)); err != nil {
-			return nil, false, errdefs.Errorf(errdefs.ErrInvalidArgument, "reading gzip message: %v", err)
-		}
-	}
-	return data, true, nil
-}
-
-// stream writes the response side of a streaming call. send and
-// keepalives may be called from different goroutines; writes are
-// serialized and each message is flushed at once.
-type stream struct {
-	codec codec
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-
-	mu      sync.Mutex
-	started bool
-	err     error // the first write error; later sends fail with it
-}
-
-func newStream(w http.ResponseWriter, c codec) *stream {
-	return &stream{codec: c, w: w, rc: http.NewResponseController(w)}
-}
-
-// send writes one message.
-func (s *stream) send(m response) error {
-	data, err := s.codec.encode(m)
-	if err != nil {
-		return fmt.Errorf("encoding message: %w", err)
-	}
-	return s.write(0, data)
-}
-
-func (s *stream) write(flags byte, data []byte) error {
+func (s *sender[T]) Send(m T) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
-		return s.err
-	}
-	if !s.started {
-		s.started = true
-		s.w.Header().Set("Content-Type", "application/connect+"+s.codec.name())
-		s.w.WriteHeader(http.StatusOK)
-	}
-	var hdr [5]byte
-	hdr[0] = flags
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(data)))
-	if _, err := s.w.Write(append(hdr[:], data...)); err != nil {
-		s.err = fmt.Errorf("writing stream: %w", err)
-		return s.err
-	}
-	if err := s.rc.Flush(); err != nil {
-		s.err = fmt.Errorf("flushing stream: %w", err)
-		return s.err
-	}
-	return nil
-}
-
-// finish writes the end-of-stream message carrying err, if any.
-func (s *stream) finish(err error) {
-	end := struct {
-		Error *connectError `json:"error,omitempty"`
-	}{}
-	if err != nil {
-		ce := toConnectError(err)
-		end.Error = &ce
-	}
-	data, _ := json.Marshal(end)
-	_ = s.write(flagEndStream, data)
+	return s.send(m)
 }
 
 // keepalive sends m every interval, as E2B's envd does when a client asks
@@ -377,7 +206,7 @@ func (s *stream) finish(err error) {
 // stream that stays silent for their request timeout. It returns a
 // function that stops the sender and waits for it; interval <= 0 starts
 // nothing.
-func (s *stream) keepalive(interval time.Duration, m response) (stop func()) {
+func (s *sender[T]) keepalive(interval time.Duration, m T) (stop func()) {
 	if interval <= 0 {
 		return func() {}
 	}
@@ -391,7 +220,7 @@ func (s *stream) keepalive(interval time.Duration, m response) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if s.send(m) != nil {
+				if s.Send(m) != nil {
 					return
 				}
 			}
@@ -413,65 +242,71 @@ func keepaliveInterval(h http.Header) time.Duration {
 	return time.Duration(v) * time.Second
 }
 
-// connectError is the error body of the Connect protocol.
-type connectError struct {
-	Code    string `json:"code"`
-	Message string `json:"message,omitempty"`
+// protoCodec is the binary codec, whose errors name the field that does
+// not parse, so that a client can find the fault in what it sent.
+type protoCodec struct{}
+
+func (protoCodec) Name() string { return "proto" }
+
+func (protoCodec) Marshal(m any) ([]byte, error) { return proto.Marshal(m.(proto.Message)) }
+
+func (protoCodec) Unmarshal(b []byte, m any) error {
+	msg := m.(proto.Message)
+	if err := proto.Unmarshal(b, msg); err != nil {
+		if ferr := fieldError(b, msg.ProtoReflect().Descriptor()); ferr != nil {
+			err = ferr
+		}
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid protobuf message: %v", err)
+	}
+	return nil
 }
 
-// toConnectError maps an error to its Connect code. Corral's kinds share
-// names with Connect's codes, except not_implemented (unimplemented).
-func toConnectError(err error) connectError {
-	code := errdefs.Code(err)
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		code = "deadline_exceeded"
-	case errors.Is(err, context.Canceled):
-		code = "canceled"
-	case code == errdefs.CodeNotImplemented:
-		code = "unimplemented"
+// fieldError returns the first malformed field of b, a message of type md,
+// as "field N: " for each level of nesting, then the fault; nil when the
+// wire format holds.
+func fieldError(b []byte, md protoreflect.MessageDescriptor) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("field tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		if fd != nil && fd.Message() != nil && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
+			}
+			if err := fieldError(v, fd.Message()); err != nil {
+				return fmt.Errorf("field %d: %w", num, err)
+			}
+			b = b[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
+		}
+		b = b[n:]
 	}
-	return connectError{Code: code, Message: err.Error()}
+	return nil
 }
 
-// connectStatus is the HTTP status of a unary error, per the protocol's
-// table.
-func connectStatus(code string) int {
-	switch code {
-	case "canceled":
-		return 499
-	case "invalid_argument", "failed_precondition", "out_of_range":
-		return http.StatusBadRequest
-	case "deadline_exceeded":
-		return http.StatusGatewayTimeout
-	case "not_found":
-		return http.StatusNotFound
-	case "already_exists", "aborted":
-		return http.StatusConflict
-	case "permission_denied":
-		return http.StatusForbidden
-	case "resource_exhausted":
-		return http.StatusTooManyRequests
-	case "unimplemented":
-		return http.StatusNotImplemented
-	case "unavailable":
-		return http.StatusServiceUnavailable
-	case "unauthenticated":
-		return http.StatusUnauthorized
-	}
-	return http.StatusInternalServerError
-}
+// jsonCodec is the canonical proto3 JSON mapping, which also accepts the
+// snake_case field names. Unknown fields are ignored, so that clients
+// with a newer schema keep working, and an empty body is read as the
+// empty message, which is what a client means by it.
+type jsonCodec struct{}
 
-// writeRPCError answers a call that fails before it is dispatched, in the
-// form its content type expects, with what its client may see of err.
-func (s *Server) writeRPCError(w http.ResponseWriter, r *http.Request, err error) {
-	err = s.redact(r, err)
-	if streaming, c, cerr := contentType(r.Header.Get("Content-Type")); cerr == nil && streaming {
-		newStream(w, c).finish(err)
-		return
+func (jsonCodec) Name() string { return "json" }
+
+func (jsonCodec) Marshal(m any) ([]byte, error) { return protojson.Marshal(m.(proto.Message)) }
+
+func (jsonCodec) Unmarshal(b []byte, m any) error {
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
 	}
-	ce := toConnectError(err)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(connectStatus(ce.Code))
-	_ = json.NewEncoder(w).Encode(ce)
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, m.(proto.Message)); err != nil {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid JSON message: %v", err)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
@@ -58,6 +59,7 @@ func (s *Server) routeControl() {
 	mux.HandleFunc("DELETE /templates/{id}", s.deleteTemplate)
 	mux.HandleFunc("GET /templates", s.templates)
 	mux.HandleFunc("GET /templates/aliases/{alias}", s.templateAlias)
+	s.routeVolumes(mux)
 
 	unsupported := map[string]string{
 		"GET /sandboxes/{id}/logs":    "sandbox logs are not kept by Corral",
@@ -71,8 +73,6 @@ func (s *Server) routeControl() {
 		"GET /templates/{id}":         "managing templates through the E2B API is not supported: use `corral template`",
 		"POST /templates/tags":        "template tags are not supported by Corral",
 		"DELETE /templates/tags":      "template tags are not supported by Corral",
-		"/volumes":                    "volumes are not supported by Corral's E2B API",
-		"/volumes/":                   "volumes are not supported by Corral's E2B API",
 		"/secrets":                    "secrets are not supported by Corral's E2B API",
 		"/secrets/":                   "secrets are not supported by Corral's E2B API",
 	}
@@ -97,7 +97,7 @@ type newSandbox struct {
 	Metadata            map[string]string       `json:"metadata"`
 	EnvVars             map[string]string       `json:"envVars"`
 	MCP                 json.RawMessage         `json:"mcp"`
-	VolumeMounts        []json.RawMessage       `json:"volumeMounts"`
+	VolumeMounts        []volumeMountInfo       `json:"volumeMounts"`
 	IAM                 json.RawMessage         `json:"iam"`
 }
 
@@ -132,8 +132,6 @@ func (n newSandbox) check() error {
 		return notSupported("network.maskRequestHost", "requests to sandbox ports keep their Host header")
 	case len(n.MCP) > 0 && string(n.MCP) != "null":
 		return notSupported("mcp", "there is no MCP gateway in Corral templates")
-	case len(n.VolumeMounts) > 0:
-		return notSupported("volumeMounts", "Corral has no volumes")
 	case len(n.IAM) > 0 && string(n.IAM) != "null":
 		return notSupported("iam", "Corral issues no workload identity tokens")
 	}
@@ -206,7 +204,7 @@ type sandboxDetail struct {
 	Metadata     map[string]string `json:"metadata"`
 	State        string            `json:"state"`
 	Lifecycle    *lifecycle        `json:"lifecycle,omitempty"`
-	VolumeMounts []any             `json:"volumeMounts"`
+	VolumeMounts []volumeMountInfo `json:"volumeMounts"`
 }
 
 type lifecycle struct {
@@ -242,7 +240,7 @@ func (s *Server) info(sb sandbox.Sandbox, token, detail bool) sandboxInfo {
 			DiskSizeMB:   sb.DiskBytes >> 20,
 			Metadata:     md,
 			State:        sb.State.String(),
-			VolumeMounts: []any{},
+			VolumeMounts: volumeMountsOf(sb.Mounts),
 		}
 		if token {
 			out.Lifecycle = &lifecycle{OnTimeout: "kill"}
@@ -288,7 +286,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.writeAPIError(w, r, err)
 		return
 	}
-	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
+	mounts, err := req.mounts(s.vols != nil)
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Mounts: mounts}
 	if _, err := s.m.Template(req.TemplateID); err != nil {
 		// E2B starts a sandbox from a snapshot by naming it as the template.
 		if _, serr := s.m.GetSnapshot(req.TemplateID); serr == nil {
@@ -312,7 +315,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.Timeout = timeout
-	sb, err := s.m.Create(sandbox.WithPrincipal(r.Context(), sandbox.APIKeyPrincipal(s.cfg.APIKey)), spec)
+	sb, err := s.m.Create(admission.WithPrincipal(r.Context(), admission.APIKeyPrincipal(s.cfg.APIKey)), spec)
 	if err != nil {
 		s.writeAPIError(w, r, err)
 		return
@@ -440,228 +443,6 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("e2b sandbox killed", "sandbox_id", id)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// setTimeout sets the deadline to now + timeout seconds (0: none, where
-// the server allows it), shortening or extending it.
-func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := decodeBody(r, &req); err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	if req.Timeout == nil {
-		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds, >= 0) is required"))
-		return
-	}
-	d, err := seconds(req.Timeout)
-	if err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	if _, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), *d); err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// extend moves the deadline of id to now + d when that is later; it never
-// shortens a deadline and leaves a sandbox without one alone.
-func (s *Server) extend(ctx context.Context, id string, d time.Duration) error {
-	sb, err := s.m.Get(id)
-	if err != nil {
-		return err
-	}
-	if sb.Deadline.IsZero() || !time.Now().Add(d).After(sb.Deadline) {
-		return nil
-	}
-	_, err = s.m.SetTimeout(ctx, id, d)
-	return err
-}
-
-// refresh extends the deadline by "duration" seconds from now (never
-// shortening it).
-func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Duration int64 `json:"duration"`
-	}
-	if err := decodeBody(r, &req); err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	if req.Duration < 0 || req.Duration > 3600 {
-		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "duration must be 0 to 3600 seconds"))
-		return
-	}
-	if err := s.extend(r.Context(), r.PathValue("id"), time.Duration(req.Duration)*time.Second); err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	p, ok := any(s.m).(pauser)
-	if !ok {
-		if _, err := s.m.Get(id); err != nil {
-			s.writeAPIError(w, r, err)
-			return
-		}
-		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented,
-			"pausing sandboxes is not supported by this Corral daemon yet: sandbox %s keeps running; extend its life with setTimeout", id))
-		return
-	}
-	if _, err := p.Pause(r.Context(), id); err != nil {
-		s.writeAPIError(w, r, err) // already paused: failed_precondition, 409, which the SDK reads as "was paused"
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// resumeIfPaused resumes a paused sandbox and reports whether it did.
-func (s *Server) resumeIfPaused(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, bool, error) {
-	if sb.State != sandbox.StatePaused {
-		return sb, false, nil
-	}
-	p, ok := any(s.m).(pauser)
-	if !ok {
-		return sb, false, errdefs.Errorf(errdefs.ErrNotImplemented, "sandbox %s is paused and this Corral daemon cannot resume it through the E2B API", sb.ID)
-	}
-	sb, err := p.Resume(ctx, sb.ID)
-	return sb, err == nil, err
-}
-
-// resumeRequest reads the body of connect and resume, {"timeout":
-// seconds} with the timeout optional, and the sandbox they name.
-func (s *Server) resumeRequest(r *http.Request) (sandbox.Sandbox, *time.Duration, error) {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := decodeBody(r, &req); err != nil {
-		return sandbox.Sandbox{}, nil, err
-	}
-	timeout, err := seconds(req.Timeout)
-	if err != nil {
-		return sandbox.Sandbox{}, nil, err
-	}
-	sb, err := s.m.Get(r.PathValue("id"))
-	return sb, timeout, err
-}
-
-// connect resumes a paused sandbox and extends (never shortens) its
-// deadline to now + timeout when a timeout is given. 201 means resumed,
-// 200 already running.
-func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	sb, timeout, err := s.resumeRequest(r)
-	if err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	sb, resumed, err := s.resumeIfPaused(r.Context(), sb)
-	if err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	if sb.State != sandbox.StateRunning {
-		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be connected to", sb.ID, sb.State))
-		return
-	}
-	if timeout != nil {
-		if err := s.extend(r.Context(), sb.ID, *timeout); err != nil {
-			s.writeAPIError(w, r, err)
-			return
-		}
-	}
-	status := http.StatusOK
-	if resumed {
-		status = http.StatusCreated
-	}
-	writeJSON(w, status, s.info(sb, true, false))
-}
-
-// resume is the deprecated resume call: 409 when the sandbox runs.
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	sb, timeout, err := s.resumeRequest(r)
-	if err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	if sb.State != sandbox.StatePaused {
-		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not paused", sb.ID, sb.State))
-		return
-	}
-	if sb, _, err = s.resumeIfPaused(r.Context(), sb); err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	if timeout != nil {
-		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, *timeout); err != nil {
-			s.writeAPIError(w, r, err)
-			return
-		}
-	}
-	writeJSON(w, http.StatusCreated, s.info(sb, true, false))
-}
-
-// metric is E2B's SandboxMetric.
-type metric struct {
-	Timestamp     time.Time `json:"timestamp"`
-	TimestampUnix int64     `json:"timestampUnix"`
-	CPUCount      int64     `json:"cpuCount"`
-	CPUUsedPct    float64   `json:"cpuUsedPct"`
-	MemUsed       int64     `json:"memUsed"`
-	MemTotal      int64     `json:"memTotal"`
-	MemCache      int64     `json:"memCache"`
-	DiskUsed      int64     `json:"diskUsed"`
-	DiskTotal     int64     `json:"diskTotal"`
-}
-
-// metricOf reads one sample now. Corral keeps no history: CPU use is the
-// average since the sandbox started, and disk use is not measured.
-func (s *Server) metricOf(ctx context.Context, id string) (metric, error) {
-	sb, err := s.m.Get(id)
-	if err != nil {
-		return metric{}, err
-	}
-	st, err := s.m.Stats(ctx, id)
-	if err != nil {
-		return metric{}, err
-	}
-	now := time.Now().UTC()
-	cpus := max(1, (sb.MilliCPUs+999)/1000)
-	pct := 0.0
-	if el := now.Sub(sb.CreatedAt); el > 0 && sb.MilliCPUs > 0 {
-		pct = 100 * float64(st.CPUUsageNanos) / (float64(el.Nanoseconds()) * float64(sb.MilliCPUs) / 1000)
-	}
-	return metric{Timestamp: now, TimestampUnix: now.Unix(), CPUCount: cpus, CPUUsedPct: pct,
-		MemUsed: st.MemoryBytes, MemTotal: sb.MemoryBytes, DiskTotal: sb.DiskBytes}, nil
-}
-
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	m, err := s.metricOf(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.writeAPIError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, []metric{m})
-}
-
-// metricsOfMany answers GET /sandboxes/metrics?sandbox_ids=a,b; sandboxes
-// that are gone are left out.
-func (s *Server) metricsOfMany(w http.ResponseWriter, r *http.Request) {
-	out := map[string]metric{}
-	for _, v := range r.URL.Query()["sandbox_ids"] {
-		for _, id := range strings.Split(v, ",") {
-			if m, err := s.metricOf(r.Context(), id); err == nil {
-				out[id] = m
-			}
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
 }
 
 // templateInfo is E2B's Template, for Corral templates.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,14 +26,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/fake"
+	"github.com/corralrun/corral/internal/e2b/envdpb"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
-	"github.com/corralrun/corral/internal/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +46,7 @@ const testKey = "test-key"
 // env is a facade over a Manager with the fake driver (processes run on
 // the host, files under the sandbox's root copy) and one sandbox.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ts    *httptest.Server
 	srv   *Server
 	m     *sandbox.Manager
@@ -50,7 +54,7 @@ type env struct {
 	token string // its access token
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	sock, err := os.MkdirTemp("", "e2b-")
 	if err != nil {
@@ -61,12 +65,13 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
+	st, err := records.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
-		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, SnapshotDir: filepath.Join(t.TempDir(), "snapshots")})
+		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, SnapshotDir: filepath.Join(t.TempDir(), "snapshots"),
+		Mounter: bindMounter{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +189,7 @@ func (e *env) streamRaw(method, ct string, body []byte, hdr map[string]string, e
 		if _, err := io.ReadFull(r, data); err != nil {
 			e.t.Fatal(err)
 		}
-		if hdr[0]&flagEndStream != 0 {
+		if hdr[0]&0x02 != 0 { // the end-of-stream flag
 			var end map[string]any
 			if err := json.Unmarshal(data, &end); err != nil {
 				e.t.Fatalf("end message %q: %v", data, err)
@@ -346,23 +351,28 @@ func TestProcessStartJSON(t *testing.T) {
 
 func TestProcessStartProtoAndConnect(t *testing.T) {
 	e := newEnv(t)
-	tag := "t1"
-	req := appendProto(nil, startRequest{Process: processConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo one; sleep 0.3; echo two"}}, Tag: &tag})
+	req, err := proto.Marshal(&envdpb.StartRequest{
+		Process: &envdpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo one; sleep 0.3; echo two"}},
+		Tag:     proto.String("t1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var pid uint64
 	var out []string
 	var exited bool
 	end := e.streamRaw("process.Process/Start", "application/connect+proto", req, nil, func(data []byte) bool {
-		var resp processEventResponse
-		if err := parseProto(data, &resp); err != nil {
+		var resp envdpb.StartResponse
+		if err := proto.Unmarshal(data, &resp); err != nil {
 			t.Fatal(err)
 		}
-		switch ev := resp.Event; {
-		case ev.Start != nil:
-			pid = uint64(ev.Start.PID)
-		case ev.Data != nil:
-			out = append(out, string(ev.Data.Stdout))
-		case ev.End != nil:
-			exited = ev.End.Exited
+		switch ev := resp.GetEvent(); {
+		case ev.GetStart() != nil:
+			pid = uint64(ev.GetStart().GetPid())
+		case ev.GetData() != nil:
+			out = append(out, string(ev.GetData().GetStdout()))
+		case ev.GetEnd() != nil:
+			exited = ev.GetEnd().GetExited()
 		}
 		return true
 	})
@@ -394,15 +404,16 @@ func TestUnaryProto(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/proto" {
 		t.Fatalf("MakeDir: HTTP %d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	var made entryResponse
-	if err := parseProto(body, &made); err != nil || made.Entry.Type != fileTypeDirectory || made.Entry.Path != "/work/p" || made.Entry.Name != "p" {
-		t.Errorf("MakeDir answer: %+v %v", made, err)
+	var made envdpb.MakeDirResponse
+	if err := proto.Unmarshal(body, &made); err != nil || made.GetEntry().GetType() != envdpb.FileType_FILE_TYPE_DIRECTORY ||
+		made.GetEntry().GetPath() != "/work/p" || made.GetEntry().GetName() != "p" {
+		t.Errorf("MakeDir answer: %+v %v", &made, err)
 	}
 	// ListDirRequest{path: "/work", depth: 1}, with an unknown field 9 first.
 	resp, body = call("filesystem.Filesystem/ListDir", "48 07 0a 05 2f776f726b 10 01")
-	var list listDirResponse
-	if err := parseProto(body, &list); resp.StatusCode != 200 || err != nil || len(list.Entries) != 1 || list.Entries[0].Name != "p" {
-		t.Errorf("ListDir: HTTP %d %+v %v", resp.StatusCode, list, err)
+	var list envdpb.ListDirResponse
+	if err := proto.Unmarshal(body, &list); resp.StatusCode != 200 || err != nil || len(list.GetEntries()) != 1 || list.GetEntries()[0].GetName() != "p" {
+		t.Errorf("ListDir: HTTP %d %+v %v", resp.StatusCode, &list, err)
 	}
 	for _, tt := range []struct{ name, method, wire, msg string }{
 		{"truncated path", "filesystem.Filesystem/Stat", "0a 07 2f", "field 1: unexpected EOF"},
@@ -410,7 +421,7 @@ func TestUnaryProto(t *testing.T) {
 		{"truncated pid", "process.Process/SendSignal", "0a 02 08 ff", "field 1: field 1: unexpected EOF"},
 	} {
 		resp, body := call(tt.method, tt.wire)
-		var ce connectError
+		var ce struct{ Code, Message string }
 		_ = json.Unmarshal(body, &ce)
 		// protobuf's own messages put a no-break space after "proto:" at random.
 		msg := strings.ReplaceAll(ce.Message, "\u00a0", " ")
@@ -656,29 +667,38 @@ func TestSignedDownload(t *testing.T) {
 func TestJSONNames(t *testing.T) {
 	// Both the JSON name and the proto name of a field are accepted, and
 	// map keys are left alone.
-	var w watchRequest
-	if err := decodeJSON([]byte(`{"path":"/x","include_entry":true,"allowNetworkMounts":true}`), &w); err != nil || !w.IncludeEntry || !w.AllowNetworkMounts {
-		t.Errorf("watch request: %+v %v", w, err)
+	var c jsonCodec
+	var w envdpb.WatchDirRequest
+	if err := c.Unmarshal([]byte(`{"path":"/x","include_entry":true,"allowNetworkMounts":true}`), &w); err != nil || !w.GetIncludeEntry() || !w.GetAllowNetworkMounts() {
+		t.Errorf("watch request: %v %v", &w, err)
 	}
-	var s startRequest
-	if err := decodeJSON([]byte(`{"process":{"cmd":"x","envs":{"MY_VAR":"1"}},"pty":{"size":{"cols":"80","rows":24}}}`), &s); err != nil ||
-		s.Process.Envs["MY_VAR"] != "1" || s.PTY.Size.Cols != 80 || s.PTY.Size.Rows != 24 {
-		t.Errorf("start request: %+v %v", s, err)
+	var s envdpb.StartRequest
+	if err := c.Unmarshal([]byte(`{"process":{"cmd":"x","envs":{"MY_VAR":"1"}},"pty":{"size":{"cols":"80","rows":24}}}`), &s); err != nil ||
+		s.GetProcess().GetEnvs()["MY_VAR"] != "1" || s.GetPty().GetSize().GetCols() != 80 || s.GetPty().GetSize().GetRows() != 24 {
+		t.Errorf("start request: %v %v", &s, err)
 	}
-	var in sendInputRequest
-	if err := decodeJSON([]byte(`{"process":{"pid":7},"input":{"pty":"aGk"}}`), &in); err != nil || string(in.Input.data()) != "hi" || *in.Process.PID != 7 {
-		t.Errorf("send input: %+v %v", in, err)
+	var in envdpb.SendInputRequest
+	if err := c.Unmarshal([]byte(`{"process":{"pid":7},"input":{"pty":"aGk"}}`), &in); err != nil || string(inputOf(in.GetInput())) != "hi" || in.GetProcess().GetPid() != 7 {
+		t.Errorf("send input: %v %v", &in, err)
 	}
-	b, _ := json.Marshal(entryInfo{Name: "f", Type: fileTypeFile, Size: 5, ModifiedTime: timestampOf(time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC))})
-	if want := `{"name":"f","type":"FILE_TYPE_FILE","size":"5","modifiedTime":"2024-01-02T03:04:05.000006000Z"}`; string(b) != want {
-		t.Errorf("entry JSON %s, want %s", b, want)
+	var empty envdpb.ListRequest
+	if err := c.Unmarshal(nil, &empty); err != nil {
+		t.Errorf("empty body: %v", err)
+	}
+	entry := &envdpb.EntryInfo{Name: "f", Type: envdpb.FileType_FILE_TYPE_FILE, Size: 5, ModifiedTime: timestamppb.New(time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC))}
+	b, err := c.Marshal(entry)
+	var got, want any
+	_ = json.Unmarshal(b, &got)
+	_ = json.Unmarshal([]byte(`{"name":"f","type":"FILE_TYPE_FILE","size":"5","modifiedTime":"2024-01-02T03:04:05.000006Z"}`), &want)
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Errorf("entry JSON %s %v (-want +got):\n%s", b, err, diff)
 	}
 }
 
 func decodeB64(t *testing.T, s string) []byte {
 	t.Helper()
-	var b jsonBytes
-	if err := b.UnmarshalJSON([]byte(`"` + s + `"`)); err != nil {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -821,4 +841,14 @@ func TestTimeoutsOutOfRange(t *testing.T) {
 	if list := e.m.List(sandbox.Filter{}); len(list) != 1 {
 		t.Errorf("%d sandboxes after refused creates and forks, want 1", len(list))
 	}
+}
+
+// unhex decodes hex with spaces between bytes for readability.
+func unhex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

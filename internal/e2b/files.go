@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 )
 
@@ -56,18 +56,7 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, id string) {
 			s.writeAPIError(w, r, err)
 			return
 		}
-		defer rc.Close()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
-		if size >= 0 {
-			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		}
-		w.WriteHeader(http.StatusOK)
-		if _, err := io.Copy(w, rc); err != nil {
-			// The status is sent: cut the response short so that the
-			// client sees a failed transfer, not a shorter file.
-			panic(http.ErrAbortHandler)
-		}
+		sendFile(w, rc, size, p)
 	case http.MethodPost:
 		entries, err := upload(r, cl)
 		if err != nil {
@@ -84,8 +73,25 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, id string) {
 	}
 }
 
+// sendFile answers the content of file p, size bytes (-1: unknown) read
+// from rc, which it closes.
+func sendFile(w http.ResponseWriter, rc io.ReadCloser, size int64, p string) {
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil {
+		// The status is sent: cut the response short so that the client
+		// sees a failed transfer, not a shorter file.
+		panic(http.ErrAbortHandler)
+	}
+}
+
 // upload writes the files of a POST /files request.
-func upload(r *http.Request, cl *agent.Client) ([]uploadEntry, error) {
+func upload(r *http.Request, cl *agentclient.Client) ([]uploadEntry, error) {
 	for k := range r.Header {
 		if strings.HasPrefix(http.CanonicalHeaderKey(k), "X-Metadata-") {
 			return nil, errdefs.Errorf(errdefs.ErrNotImplemented, "file metadata (%s) is not supported by Corral: it keeps no metadata on files", k)

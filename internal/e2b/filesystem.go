@@ -4,18 +4,30 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net/http"
 	"net/http/httptrace"
 	"path"
 	"strconv"
 	"sync"
 
-	"github.com/corralrun/corral/internal/agent"
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/corralrun/corral/internal/agentclient"
+	"github.com/corralrun/corral/internal/e2b/envdpb"
+	"github.com/corralrun/corral/internal/e2b/envdpb/envdpbconnect"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/wire"
 )
 
 // This file serves E2B's filesystem.Filesystem service on the agent's file
 // API. Paths may be relative to the user's home directory, as in envd.
+
+// filesystemService implements filesystem.Filesystem for a Server.
+type filesystemService struct{ s *Server }
+
+var _ envdpbconnect.FilesystemHandler = filesystemService{}
 
 // maxListEntries bounds one ListDir answer, which is built in memory.
 const maxListEntries = 1 << 17
@@ -24,7 +36,7 @@ const maxListEntries = 1 << 17
 // permission bits, permissions their "ls -l" form, owner and group names
 // ("root" for ID 0, the number otherwise: Corral does not read the
 // sandbox's user database for listings).
-func entryOf(fi wire.FileInfo) entryInfo {
+func entryOf(fi wire.FileInfo) *envdpb.EntryInfo {
 	mode := fs.FileMode(fi.Mode & 0o777)
 	if fi.Mode&0o4000 != 0 {
 		mode |= fs.ModeSetuid
@@ -35,25 +47,24 @@ func entryOf(fi wire.FileInfo) entryInfo {
 	if fi.Mode&0o1000 != 0 {
 		mode |= fs.ModeSticky
 	}
-	t := fileTypeUnspecified
+	t := envdpb.FileType_FILE_TYPE_UNSPECIFIED
 	switch fi.Type {
 	case wire.FileTypeFile:
-		t = fileTypeFile
+		t = envdpb.FileType_FILE_TYPE_FILE
 	case wire.FileTypeDir:
-		t, mode = fileTypeDirectory, mode|fs.ModeDir
+		t, mode = envdpb.FileType_FILE_TYPE_DIRECTORY, mode|fs.ModeDir
 	case wire.FileTypeSymlink:
-		t, mode = fileTypeSymlink, mode|fs.ModeSymlink
+		t, mode = envdpb.FileType_FILE_TYPE_SYMLINK, mode|fs.ModeSymlink
 	default:
 		mode |= fs.ModeIrregular
 	}
-	e := entryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: fi.Size, Mode: fi.Mode & 0o777,
+	e := &envdpb.EntryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: fi.Size, Mode: fi.Mode & 0o777,
 		Permissions: mode.String(), Owner: idName(fi.UID), Group: idName(fi.GID)}
 	if !fi.ModTime.IsZero() {
-		e.ModifiedTime = timestampOf(fi.ModTime)
+		e.ModifiedTime = timestamppb.New(fi.ModTime)
 	}
 	if fi.Type == wire.FileTypeSymlink {
-		target := fi.Target
-		e.SymlinkTarget = &target
+		e.SymlinkTarget = proto.String(fi.Target)
 	}
 	return e
 }
@@ -65,29 +76,35 @@ func idName(id int) string {
 	return strconv.Itoa(id)
 }
 
-func (s *Server) fsStat(ctx context.Context, c *call) (response, error) {
-	var req pathRequest
-	cl, err := s.decodeFor(c, &req)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := cl.Stat(ctx, resolvePath(req.Path, userOf(c.header)))
-	if err != nil {
-		return nil, err
-	}
-	return entryResponse{Entry: entryOf(fi)}, nil
+// agentUser returns the agent of the call's sandbox and the user the call
+// runs as.
+func (s *Server) agentUser(ctx context.Context, h http.Header) (*agentclient.Client, string, error) {
+	cl, err := s.agent(callOf(ctx).sandbox)
+	return cl, userOf(h), err
 }
 
-// fsMakeDir creates a directory and its missing parents. As in envd, an
-// existing directory is already_exists (the SDK's makeDir then returns
-// false) and an existing file is invalid_argument.
-func (s *Server) fsMakeDir(ctx context.Context, c *call) (response, error) {
-	var req pathRequest
-	cl, err := s.decodeFor(c, &req)
+// Stat describes a file.
+func (f filesystemService) Stat(ctx context.Context, req *connect.Request[envdpb.StatRequest]) (*connect.Response[envdpb.StatResponse], error) {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
-	p := resolvePath(req.Path, userOf(c.header))
+	fi, err := cl.Stat(ctx, resolvePath(req.Msg.GetPath(), user))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.StatResponse{Entry: entryOf(fi)}), nil
+}
+
+// MakeDir creates a directory and its missing parents. As in envd, an
+// existing directory is already_exists (the SDK's makeDir then returns
+// false) and an existing file is invalid_argument.
+func (f filesystemService) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirRequest]) (*connect.Response[envdpb.MakeDirResponse], error) {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
+	if err != nil {
+		return nil, err
+	}
+	p := resolvePath(req.Msg.GetPath(), user)
 	switch fi, err := cl.Stat(ctx, p); {
 	case err == nil && fi.Type == wire.FileTypeDir:
 		return nil, errdefs.Errorf(errdefs.ErrAlreadyExists, "directory already exists: %s", p)
@@ -100,46 +117,60 @@ func (s *Server) fsMakeDir(ctx context.Context, c *call) (response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return entryResponse{Entry: entryOf(fi)}, nil
+	return connect.NewResponse(&envdpb.MakeDirResponse{Entry: entryOf(fi)}), nil
 }
 
-func (s *Server) fsMove(ctx context.Context, c *call) (response, error) {
-	var req moveRequest
-	cl, err := s.decodeFor(c, &req)
+// Move renames a file or directory.
+func (f filesystemService) Move(ctx context.Context, req *connect.Request[envdpb.MoveRequest]) (*connect.Response[envdpb.MoveResponse], error) {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
-	user := userOf(c.header)
-	fi, err := cl.Rename(ctx, resolvePath(req.Source, user), resolvePath(req.Destination, user))
+	fi, err := cl.Rename(ctx, resolvePath(req.Msg.GetSource(), user), resolvePath(req.Msg.GetDestination(), user))
 	if err != nil {
 		return nil, err
 	}
-	return entryResponse{Entry: entryOf(fi)}, nil
+	return connect.NewResponse(&envdpb.MoveResponse{Entry: entryOf(fi)}), nil
 }
 
-// fsListDir lists a directory to the given depth (1: its entries only).
-func (s *Server) fsListDir(ctx context.Context, c *call) (response, error) {
-	var req listDirRequest
-	cl, err := s.decodeFor(c, &req)
+// ListDir lists a directory to the given depth (1: its entries only).
+func (f filesystemService) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirRequest]) (*connect.Response[envdpb.ListDirResponse], error) {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
-	depth := int(req.Depth)
+	depth := int(req.Msg.GetDepth())
 	if depth == 0 {
 		depth = 1
 	}
-	out := listDirResponse{Entries: []entryInfo{}}
+	out := &envdpb.ListDirResponse{}
+	err = walkDir(ctx, cl.List, resolvePath(req.Msg.GetPath(), user), depth, func(fi wire.FileInfo) {
+		out.Entries = append(out.Entries, entryOf(fi))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+// walkDir calls visit for the entries of dir that list returns, and for
+// those of its subdirectories down to depth levels (1: dir's entries
+// only), depth first; it stops at maxListEntries entries in all, since
+// the answer is built in memory.
+func walkDir(ctx context.Context, list func(context.Context, string) ([]wire.FileInfo, error), dir string, depth int, visit func(wire.FileInfo)) error {
+	n := 0
 	var walk func(dir string, depth int) error
 	walk = func(dir string, depth int) error {
-		infos, err := cl.List(ctx, dir)
+		infos, err := list(ctx, dir)
 		if err != nil {
 			return err
 		}
 		for _, fi := range infos {
-			if len(out.Entries) >= maxListEntries {
+			if n >= maxListEntries {
 				return errdefs.Errorf(errdefs.ErrResourceExhausted, "listing has more than %d entries: list with a smaller depth", maxListEntries)
 			}
-			out.Entries = append(out.Entries, entryOf(fi))
+			n++
+			visit(fi)
 			if depth > 1 && fi.Type == wire.FileTypeDir {
 				if err := walk(fi.Path, depth-1); err != nil {
 					return err
@@ -148,38 +179,34 @@ func (s *Server) fsListDir(ctx context.Context, c *call) (response, error) {
 		}
 		return nil
 	}
-	if err := walk(resolvePath(req.Path, userOf(c.header)), depth); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return walk(dir, depth)
 }
 
-// fsRemove removes a file or a directory tree. A path that does not exist
+// Remove removes a file or a directory tree. A path that does not exist
 // is not an error, as with envd's os.RemoveAll.
-func (s *Server) fsRemove(ctx context.Context, c *call) (response, error) {
-	var req pathRequest
-	cl, err := s.decodeFor(c, &req)
+func (f filesystemService) Remove(ctx context.Context, req *connect.Request[envdpb.RemoveRequest]) (*connect.Response[envdpb.RemoveResponse], error) {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.Remove(ctx, resolvePath(req.Path, userOf(c.header)), true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := cl.Remove(ctx, resolvePath(req.Msg.GetPath(), user), true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
-	return empty{}, nil
+	return connect.NewResponse(&envdpb.RemoveResponse{}), nil
 }
 
-// fsWatchDir streams the changes in a directory: a start event once the
+// WatchDir streams the changes in a directory: a start event once the
 // watch is in place, then one event per change, with keepalives.
-func (s *Server) fsWatchDir(ctx context.Context, c *call, out *stream) error {
-	var req watchRequest
-	cl, err := s.decodeFor(c, &req)
+func (f filesystemService) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirRequest], stream *connect.ServerStream[envdpb.WatchDirResponse]) error {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
 	if err != nil {
 		return err
 	}
-	dir, err := watchable(ctx, cl, resolvePath(req.Path, userOf(c.header)))
+	dir, err := watchable(ctx, cl, resolvePath(req.Msg.GetPath(), user))
 	if err != nil {
 		return err
 	}
+	out := &sender[*envdpb.WatchDirResponse]{send: stream.Send}
 	var stop func()
 	defer func() {
 		if stop != nil {
@@ -187,20 +214,23 @@ func (s *Server) fsWatchDir(ctx context.Context, c *call, out *stream) error {
 		}
 	}()
 	started := func() error {
-		if err := out.send(watchDirResponse{Start: &empty{}}); err != nil {
+		start := &envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Start{Start: &envdpb.WatchDirResponse_StartEvent{}}}
+		if err := out.Send(start); err != nil {
 			return err
 		}
-		stop = out.keepalive(keepaliveInterval(c.header), watchDirResponse{Keepalive: &empty{}})
+		keepalive := &envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Keepalive{Keepalive: &envdpb.WatchDirResponse_KeepAlive{}}}
+		stop = out.keepalive(keepaliveInterval(req.Header()), keepalive)
 		return nil
 	}
-	return watchEvents(ctx, cl, dir, req, started, func(ev fsEvent) error {
-		return out.send(watchDirResponse{Filesystem: &ev})
+	w := watch{dir: dir, recursive: req.Msg.GetRecursive(), includeEntry: req.Msg.GetIncludeEntry()}
+	return w.run(ctx, cl, started, func(ev *envdpb.FilesystemEvent) error {
+		return out.Send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Filesystem{Filesystem: ev}})
 	})
 }
 
 // watchable checks that p can be watched, as envd does before it starts
 // a watch: not_found when missing, invalid_argument when not a directory.
-func watchable(ctx context.Context, cl *agent.Client, p string) (string, error) {
+func watchable(ctx context.Context, cl *agentclient.Client, p string) (string, error) {
 	fi, err := cl.Stat(ctx, p)
 	if err != nil {
 		return "", err
@@ -211,7 +241,13 @@ func watchable(ctx context.Context, cl *agent.Client, p string) (string, error) 
 	return p, nil
 }
 
-// watchEvents watches dir through the agent until ctx ends or the watch
+// watch is a watch of a directory, as WatchDir and CreateWatcher ask.
+type watch struct {
+	dir                     string
+	recursive, includeEntry bool
+}
+
+// run watches w.dir through the agent until ctx ends or the watch
 // fails. started is called once the agent has set the watch up, before
 // any event is emitted, so a client told "started" misses no change made
 // after it. emit gets E2B's events: names relative to dir; a rename within
@@ -221,7 +257,7 @@ func watchable(ctx context.Context, cl *agent.Client, p string) (string, error) 
 //
 // The agent answers a watch request only once the watch is in place, so
 // the first byte of its answer is the moment to call started.
-func watchEvents(ctx context.Context, cl *agent.Client, dir string, req watchRequest, started func() error, emit func(fsEvent) error) error {
+func (w watch) run(ctx context.Context, cl *agentclient.Client, started func() error, emit func(*envdpb.FilesystemEvent) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	answered, ready := make(chan struct{}), make(chan struct{})
@@ -231,17 +267,16 @@ func watchEvents(ctx context.Context, cl *agent.Client, dir string, req watchReq
 	})
 	done := make(chan error, 1)
 	go func() {
-		done <- cl.Watch(tctx, dir, req.Recursive, func(ev wire.WatchEvent) error {
+		done <- cl.Watch(tctx, w.dir, w.recursive, func(ev wire.WatchEvent) error {
 			select {
 			case <-ready:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			for _, e := range convertWatch(dir, ev) {
-				if req.IncludeEntry && e.Type != eventRemove && e.Type != eventRename {
-					if fi, err := cl.Stat(ctx, path.Join(dir, e.Name)); err == nil {
-						en := entryOf(fi)
-						e.Entry = &en
+			for _, e := range convertWatch(w.dir, ev) {
+				if w.includeEntry && e.Type != envdpb.EventType_EVENT_TYPE_REMOVE && e.Type != envdpb.EventType_EVENT_TYPE_RENAME {
+					if fi, err := cl.Stat(ctx, path.Join(w.dir, e.Name)); err == nil {
+						e.Entry = entryOf(fi)
 					}
 				}
 				if err := emit(e); err != nil {
@@ -265,7 +300,7 @@ func watchEvents(ctx context.Context, cl *agent.Client, dir string, req watchReq
 	return <-done
 }
 
-func convertWatch(root string, ev wire.WatchEvent) []fsEvent {
+func convertWatch(root string, ev wire.WatchEvent) []*envdpb.FilesystemEvent {
 	rel := func(p string) string {
 		if r, ok := relPath(root, p); ok {
 			return r
@@ -274,18 +309,18 @@ func convertWatch(root string, ev wire.WatchEvent) []fsEvent {
 	}
 	switch ev.Type {
 	case wire.WatchCreate:
-		return []fsEvent{{Name: rel(ev.Path), Type: eventCreate}}
+		return []*envdpb.FilesystemEvent{{Name: rel(ev.Path), Type: envdpb.EventType_EVENT_TYPE_CREATE}}
 	case wire.WatchWrite:
-		return []fsEvent{{Name: rel(ev.Path), Type: eventWrite}}
+		return []*envdpb.FilesystemEvent{{Name: rel(ev.Path), Type: envdpb.EventType_EVENT_TYPE_WRITE}}
 	case wire.WatchRemove:
-		return []fsEvent{{Name: rel(ev.Path), Type: eventRemove}}
+		return []*envdpb.FilesystemEvent{{Name: rel(ev.Path), Type: envdpb.EventType_EVENT_TYPE_REMOVE}}
 	case wire.WatchChmod:
-		return []fsEvent{{Name: rel(ev.Path), Type: eventChmod}}
+		return []*envdpb.FilesystemEvent{{Name: rel(ev.Path), Type: envdpb.EventType_EVENT_TYPE_CHMOD}}
 	case wire.WatchRename:
 		if ev.OldPath != "" {
-			return []fsEvent{{Name: rel(ev.OldPath), Type: eventRename}, {Name: rel(ev.Path), Type: eventCreate}}
+			return []*envdpb.FilesystemEvent{{Name: rel(ev.OldPath), Type: envdpb.EventType_EVENT_TYPE_RENAME}, {Name: rel(ev.Path), Type: envdpb.EventType_EVENT_TYPE_CREATE}}
 		}
-		return []fsEvent{{Name: rel(ev.Path), Type: eventRename}}
+		return []*envdpb.FilesystemEvent{{Name: rel(ev.Path), Type: envdpb.EventType_EVENT_TYPE_RENAME}}
 	}
 	return nil
 }

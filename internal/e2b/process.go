@@ -12,9 +12,13 @@ import (
 	"strings"
 	"syscall"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
+	"github.com/corralrun/corral/internal/e2b/envdpb"
+	"github.com/corralrun/corral/internal/e2b/envdpb/envdpbconnect"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/server"
 	"github.com/corralrun/corral/internal/wire"
@@ -25,34 +29,10 @@ import (
 // stream ends (as in envd); Connect replays the output the agent still
 // buffers, then follows it.
 
-func (s *Server) rpcMethods() map[string]rpcMethod {
-	u := func(f func(context.Context, *call) (response, error)) rpcMethod {
-		return rpcMethod{kind: unary, unary: f}
-	}
-	st := func(f func(context.Context, *call, *stream) error) rpcMethod {
-		return rpcMethod{kind: serverStream, stream: f}
-	}
-	return map[string]rpcMethod{
-		"/process.Process/List":        u(s.processList),
-		"/process.Process/Start":       st(s.processStart),
-		"/process.Process/Connect":     st(s.processConnect),
-		"/process.Process/Update":      u(s.processUpdate),
-		"/process.Process/SendInput":   u(s.processSendInput),
-		"/process.Process/StreamInput": {kind: clientStream, client: s.processStreamInput},
-		"/process.Process/SendSignal":  u(s.processSendSignal),
-		"/process.Process/CloseStdin":  u(s.processCloseStdin),
+// processService implements process.Process for a Server.
+type processService struct{ s *Server }
 
-		"/filesystem.Filesystem/Stat":             u(s.fsStat),
-		"/filesystem.Filesystem/MakeDir":          u(s.fsMakeDir),
-		"/filesystem.Filesystem/Move":             u(s.fsMove),
-		"/filesystem.Filesystem/ListDir":          u(s.fsListDir),
-		"/filesystem.Filesystem/Remove":           u(s.fsRemove),
-		"/filesystem.Filesystem/WatchDir":         st(s.fsWatchDir),
-		"/filesystem.Filesystem/CreateWatcher":    u(s.watchers.create),
-		"/filesystem.Filesystem/GetWatcherEvents": u(s.watchers.events),
-		"/filesystem.Filesystem/RemoveWatcher":    u(s.watchers.remove),
-	}
-}
+var _ envdpbconnect.ProcessHandler = processService{}
 
 // userOf returns the user a call runs as: envd reads it from HTTP Basic
 // authentication with an empty password ("Authorization: Basic
@@ -97,28 +77,39 @@ func resolvePath(p, user string) string {
 
 // pidOf returns the process a selector names: by pid, or the newest running
 // process with the tag.
-func pidOf(ctx context.Context, cl *agent.Client, sel processSelector) (wire.ProcessInfo, error) {
-	switch {
-	case sel.PID != nil:
-		return cl.Process(ctx, int(*sel.PID))
-	case sel.Tag != nil:
+func pidOf(ctx context.Context, cl *agentclient.Client, sel *envdpb.ProcessSelector) (wire.ProcessInfo, error) {
+	switch v := sel.GetSelector().(type) {
+	case *envdpb.ProcessSelector_Pid:
+		return cl.Process(ctx, int(v.Pid))
+	case *envdpb.ProcessSelector_Tag:
 		infos, err := cl.Processes(ctx)
 		if err != nil {
 			return wire.ProcessInfo{}, err
 		}
 		for i := len(infos) - 1; i >= 0; i-- {
-			if infos[i].Tag == *sel.Tag && infos[i].Running {
+			if infos[i].Tag == v.Tag && infos[i].Running {
 				return infos[i], nil
 			}
 		}
-		return wire.ProcessInfo{}, errdefs.Errorf(errdefs.ErrNotFound, "no running process has tag %q", *sel.Tag)
+		return wire.ProcessInfo{}, errdefs.Errorf(errdefs.ErrNotFound, "no running process has tag %q", v.Tag)
 	}
 	return wire.ProcessInfo{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "the request names no process: set process.pid or process.tag")
 }
 
-// processList lists the running processes (envd forgets exited ones).
-func (s *Server) processList(ctx context.Context, c *call) (response, error) {
-	cl, err := s.agent(c.sandbox)
+// processOf returns the agent of the call's sandbox and the process sel
+// names in it.
+func (s *Server) processOf(ctx context.Context, sel *envdpb.ProcessSelector) (*agentclient.Client, wire.ProcessInfo, error) {
+	cl, err := s.agent(callOf(ctx).sandbox)
+	if err != nil {
+		return nil, wire.ProcessInfo{}, err
+	}
+	info, err := pidOf(ctx, cl, sel)
+	return cl, info, err
+}
+
+// List lists the running processes (envd forgets exited ones).
+func (p processService) List(ctx context.Context, _ *connect.Request[envdpb.ListRequest]) (*connect.Response[envdpb.ListResponse], error) {
+	cl, err := p.s.agent(callOf(ctx).sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -126,103 +117,116 @@ func (s *Server) processList(ctx context.Context, c *call) (response, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := listResponse{Processes: []processInfo{}}
-	for _, p := range infos {
-		if !p.Running {
+	out := &envdpb.ListResponse{}
+	for _, info := range infos {
+		if !info.Running {
 			continue
 		}
-		pi := processInfo{PID: uint32(p.PID)}
-		if len(p.Cmd) > 0 {
-			pi.Config = processConfig{Cmd: p.Cmd[0], Args: p.Cmd[1:]}
+		pi := &envdpb.ProcessInfo{Pid: uint32(info.PID), Config: &envdpb.ProcessConfig{}}
+		if len(info.Cmd) > 0 {
+			pi.Config = &envdpb.ProcessConfig{Cmd: info.Cmd[0], Args: info.Cmd[1:]}
 		}
-		if p.Cwd != "" {
-			cwd := p.Cwd
-			pi.Config.Cwd = &cwd
+		if info.Cwd != "" {
+			pi.Config.Cwd = proto.String(info.Cwd)
 		}
-		if p.Tag != "" {
-			tag := p.Tag
-			pi.Tag = &tag
+		if info.Tag != "" {
+			pi.Tag = proto.String(info.Tag)
 		}
 		out.Processes = append(out.Processes, pi)
 	}
-	return out, nil
+	return connect.NewResponse(out), nil
 }
 
-// processStart starts a process and streams its events until it ends.
+// Start starts a process and streams its events until it ends.
 // E2B's SDKs always run commands as "/bin/bash -l -c CMD" (and terminals
 // as "/bin/bash -i -l"); in a template without bash, /bin/sh runs them.
 // Without a cwd, a process starts in the user's home directory when the
 // template has one.
 // The call's Connect-Timeout-Ms is the process's timeout, as in envd: it
 // is killed when the time is up.
-func (s *Server) processStart(ctx context.Context, c *call, out *stream) error {
-	var req startRequest
-	if err := c.decode(&req); err != nil {
-		return err
-	}
-	if req.Process.Cmd == "" {
+func (p processService) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest], stream *connect.ServerStream[envdpb.StartResponse]) error {
+	msg, id := req.Msg, callOf(ctx).sandbox
+	if msg.GetProcess().GetCmd() == "" {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "process.cmd is required")
 	}
-	cl, err := s.agent(c.sandbox)
+	cl, err := p.s.agent(id)
 	if err != nil {
 		return err
 	}
-	user := userOf(c.header)
-	cmd := append([]string{req.Process.Cmd}, req.Process.Args...)
+	sr, err := startRequest(ctx, cl, msg, req.Header())
+	if err != nil {
+		return err
+	}
+	info, err := p.s.m.StartProcess(ctx, id, sr)
+	if err != nil {
+		return err
+	}
+	out := &sender[*envdpb.ProcessEvent]{send: func(ev *envdpb.ProcessEvent) error {
+		return stream.Send(&envdpb.StartResponse{Event: ev})
+	}}
+	return follow(ctx, cl, info, req.Header(), out)
+}
+
+// startRequest is the agent's request for the envd request msg.
+func startRequest(ctx context.Context, cl *agentclient.Client, msg *envdpb.StartRequest, h http.Header) (wire.StartRequest, error) {
+	user := userOf(h)
+	cmd := append([]string{msg.GetProcess().GetCmd()}, msg.GetProcess().GetArgs()...)
 	if cmd[0] == "/bin/bash" {
 		if _, err := cl.Stat(ctx, "/bin/bash"); errors.Is(err, errdefs.ErrNotFound) {
 			cmd[0] = "/bin/sh"
 		}
 	}
-	sr := wire.StartRequest{ExecRequest: wire.ExecRequest{Cmd: cmd, Env: req.Process.Envs, User: user}}
-	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
-		sr.Cwd = resolvePath(*req.Process.Cwd, user)
+	sr := wire.StartRequest{ExecRequest: wire.ExecRequest{Cmd: cmd, Env: msg.GetProcess().GetEnvs(), User: user}}
+	if cwd := msg.GetProcess().GetCwd(); cwd != "" {
+		sr.Cwd = resolvePath(cwd, user)
 	} else if fi, err := cl.Stat(ctx, home(user)); err == nil && fi.Type == wire.FileTypeDir {
 		// As in envd, commands start in the home directory, against which
 		// relative file paths resolve too.
 		sr.Cwd = home(user)
 	}
-	if ms, err := strconv.ParseInt(c.header.Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(h.Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
 		sr.TimeoutMS = ms
 	}
-	if req.PTY != nil {
+	if msg.Pty != nil {
 		size := wire.PTYSize{Cols: 80, Rows: 24}
-		if req.PTY.Size != nil && req.PTY.Size.Cols > 0 && req.PTY.Size.Rows > 0 {
-			size = wire.PTYSize{Cols: uint16(min(req.PTY.Size.Cols, 65535)), Rows: uint16(min(req.PTY.Size.Rows, 65535))}
+		if s := msg.Pty.GetSize(); s.GetCols() > 0 && s.GetRows() > 0 {
+			size = ptySize(s)
 		}
 		sr.PTY = &size
 	}
-	sr.OpenStdin = req.Stdin != nil && *req.Stdin
-	if req.Tag != nil {
-		sr.Tag = *req.Tag
-	}
-	info, err := s.m.StartProcess(ctx, c.sandbox, sr)
-	if err != nil {
-		return err
-	}
-	return follow(ctx, cl, info, c.header, out)
+	sr.OpenStdin = msg.GetStdin()
+	sr.Tag = msg.GetTag()
+	return sr, nil
 }
 
-// processConnect streams the events of a running or kept process: its
-// buffered output from the start, then what follows, then its end.
-func (s *Server) processConnect(ctx context.Context, c *call, out *stream) error {
-	var req selectorRequest
-	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
+func ptySize(s *envdpb.PTY_Size) wire.PTYSize {
+	return wire.PTYSize{Cols: uint16(min(s.GetCols(), 65535)), Rows: uint16(min(s.GetRows(), 65535))}
+}
+
+// Connect streams the events of a running or kept process: its buffered
+// output from the start, then what follows, then its end.
+func (p processService) Connect(ctx context.Context, req *connect.Request[envdpb.ConnectRequest], stream *connect.ServerStream[envdpb.ConnectResponse]) error {
+	cl, info, err := p.s.processOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
-	return follow(ctx, cl, info, c.header, out)
+	out := &sender[*envdpb.ProcessEvent]{send: func(ev *envdpb.ProcessEvent) error {
+		return stream.Send(&envdpb.ConnectResponse{Event: ev})
+	}}
+	return follow(ctx, cl, info, req.Header(), out)
 }
 
 // follow sends a start event, then the process's output and end event
 // from the agent's buffer, with keepalives while it is quiet. It returns
 // when the process ended and all was sent, or when ctx ends (the client
 // left or its timeout passed); the process runs on either way.
-func follow(ctx context.Context, cl *agent.Client, info wire.ProcessInfo, h http.Header, out *stream) error {
-	if err := out.send(processEventResponse{Event: processEvent{Start: &startEvent{PID: uint32(info.PID)}}}); err != nil {
+func follow(ctx context.Context, cl *agentclient.Client, info wire.ProcessInfo, h http.Header, out *sender[*envdpb.ProcessEvent]) error {
+	start := &envdpb.ProcessEvent_StartEvent{Pid: uint32(info.PID)}
+	if err := out.Send(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Start{Start: start}}); err != nil {
 		return err
 	}
-	stop := out.keepalive(keepaliveInterval(h), processEventResponse{Event: processEvent{Keepalive: &empty{}}})
+	keepalive := &envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Keepalive{Keepalive: &envdpb.ProcessEvent_KeepAlive{}}}
+	stop := out.keepalive(keepaliveInterval(h), keepalive)
 	defer stop()
 	return cl.ProcessOutput(ctx, info.PID, 0, true, func(ev wire.ExecEvent) error {
 		switch ev.Type {
@@ -231,19 +235,18 @@ func follow(ctx context.Context, cl *agent.Client, info wire.ProcessInfo, h http
 			if len(data) == 0 {
 				return nil
 			}
-			var d dataEvent
+			d := &envdpb.ProcessEvent_DataEvent{}
 			switch {
 			case info.PTY:
-				d.PTY = data
+				d.Output = &envdpb.ProcessEvent_DataEvent_Pty{Pty: data}
 			case ev.Type == wire.EventStdout:
-				d.Stdout = data
+				d.Output = &envdpb.ProcessEvent_DataEvent_Stdout{Stdout: data}
 			default:
-				d.Stderr = data
+				d.Output = &envdpb.ProcessEvent_DataEvent_Stderr{Stderr: data}
 			}
-			return out.send(processEventResponse{Event: processEvent{Data: &d}})
+			return out.Send(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Data{Data: d}})
 		case wire.EventExit:
-			end := endOf(ev)
-			return out.send(processEventResponse{Event: processEvent{End: &end}})
+			return out.Send(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_End{End: endOf(ev)}})
 		}
 		return nil
 	})
@@ -252,7 +255,7 @@ func follow(ctx context.Context, cl *agent.Client, info wire.ProcessInfo, h http
 // endOf describes an exit the way envd does from Go's os.ProcessState: a
 // process killed by a signal has exit code -1, exited false and a status
 // "signal: killed"; a non-zero exit has status and error "exit status N".
-func endOf(ev wire.ExecEvent) endEvent {
+func endOf(ev wire.ExecEvent) *envdpb.ProcessEvent_EndEvent {
 	if ev.Signal != "" {
 		status := "signal: " + strings.ToLower(strings.TrimPrefix(ev.Signal, "SIG"))
 		if n := unix.SignalNum(ev.Signal); n != 0 {
@@ -262,85 +265,83 @@ func endOf(ev wire.ExecEvent) endEvent {
 		if ev.TimedOut {
 			msg += " (the command's timeout passed)"
 		}
-		return endEvent{ExitCode: -1, Status: status, Error: &msg}
+		return &envdpb.ProcessEvent_EndEvent{ExitCode: -1, Status: status, Error: &msg}
 	}
 	code := 0
 	if ev.ExitCode != nil {
 		code = *ev.ExitCode
 	}
-	end := endEvent{ExitCode: int32(code), Exited: true, Status: "exit status " + strconv.Itoa(code)}
+	end := &envdpb.ProcessEvent_EndEvent{ExitCode: int32(code), Exited: true, Status: "exit status " + strconv.Itoa(code)}
 	if code != 0 {
-		msg := end.Status
-		end.Error = &msg
+		end.Error = proto.String(end.Status)
 	}
 	return end
 }
 
-func (s *Server) processUpdate(ctx context.Context, c *call) (response, error) {
-	var req updateRequest
-	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
+// Update resizes a process's terminal.
+func (p processService) Update(ctx context.Context, req *connect.Request[envdpb.UpdateRequest]) (*connect.Response[envdpb.UpdateResponse], error) {
+	cl, info, err := p.s.processOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	if req.PTY != nil && req.PTY.Size != nil {
-		size := wire.PTYSize{Cols: uint16(min(req.PTY.Size.Cols, 65535)), Rows: uint16(min(req.PTY.Size.Rows, 65535))}
-		if err := cl.Resize(ctx, info.PID, size); err != nil {
+	if size := req.Msg.GetPty().GetSize(); size != nil {
+		if err := cl.Resize(ctx, info.PID, ptySize(size)); err != nil {
 			return nil, err
 		}
 	}
-	return empty{}, nil
+	return connect.NewResponse(&envdpb.UpdateResponse{}), nil
 }
 
-func (s *Server) processSendInput(ctx context.Context, c *call) (response, error) {
-	var req sendInputRequest
-	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
+// inputOf returns the bytes of in, whichever member carries them.
+func inputOf(in *envdpb.ProcessInput) []byte {
+	if b := in.GetStdin(); b != nil {
+		return b
+	}
+	return in.GetPty()
+}
+
+// SendInput writes to a process's standard input or terminal.
+func (p processService) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInputRequest]) (*connect.Response[envdpb.SendInputResponse], error) {
+	cl, info, err := p.s.processOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.WriteStdin(ctx, info.PID, bytes.NewReader(req.Input.data())); err != nil {
+	if err := cl.WriteStdin(ctx, info.PID, bytes.NewReader(inputOf(req.Msg.GetInput()))); err != nil {
 		return nil, err
 	}
-	return empty{}, nil
+	return connect.NewResponse(&envdpb.SendInputResponse{}), nil
 }
 
-// processStreamInput copies a client stream of input events to the
-// process's stdin: a start event naming the process, then data events,
-// until the client ends its stream.
-func (s *Server) processStreamInput(ctx context.Context, c *call, next func(request) (bool, error)) (response, error) {
-	var first streamInputRequest
-	ok, err := next(&first)
-	if err != nil {
-		return nil, err
+// StreamInput copies a client stream of input events to the process's
+// stdin: a start event naming the process, then data events, until the
+// client ends its stream.
+func (p processService) StreamInput(ctx context.Context, in *connect.ClientStream[envdpb.StreamInputRequest]) (*connect.Response[envdpb.StreamInputResponse], error) {
+	if !in.Receive() {
+		if err := in.Err(); err != nil {
+			return nil, err
+		}
 	}
-	if !ok || first.Start == nil {
+	start := in.Msg().GetStart()
+	if start == nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "StreamInput must begin with a start event naming the process")
 	}
-	cl, err := s.agent(c.sandbox)
-	if err != nil {
-		return nil, err
-	}
-	info, err := pidOf(ctx, cl, first.Start.Process)
+	cl, info, err := p.s.processOf(ctx, start.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- cl.WriteStdin(ctx, info.PID, pr) }()
-	var readErr error
-	for {
-		var msg streamInputRequest
-		ok, err := next(&msg)
-		if err != nil || !ok {
-			readErr = err
-			break
-		}
-		if msg.Data == nil {
+	for in.Receive() {
+		data := in.Msg().GetData()
+		if data == nil {
 			continue
 		}
-		if _, err := pw.Write(msg.Data.Input.data()); err != nil {
+		if _, err := pw.Write(inputOf(data.GetInput())); err != nil {
 			break // the copy ended; its error comes from done
 		}
 	}
+	readErr := in.Err()
 	pw.CloseWithError(readErr)
 	if err := <-done; err != nil {
 		return nil, err
@@ -348,28 +349,21 @@ func (s *Server) processStreamInput(ctx context.Context, c *call, next func(requ
 	if readErr != nil {
 		return nil, readErr
 	}
-	return empty{}, nil
+	return connect.NewResponse(&envdpb.StreamInputResponse{}), nil
 }
 
-func (s *Server) processSendSignal(ctx context.Context, c *call) (response, error) {
-	var req sendSignalRequest
-	if err := c.decode(&req); err != nil {
-		return nil, err
-	}
+// SendSignal sends SIGTERM or SIGKILL to a running process.
+func (p processService) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSignalRequest]) (*connect.Response[envdpb.SendSignalResponse], error) {
 	var sig string
-	switch req.Signal {
-	case 9:
+	switch n := req.Msg.GetSignal(); n {
+	case envdpb.Signal_SIGNAL_SIGKILL:
 		sig = "SIGKILL"
-	case 15:
+	case envdpb.Signal_SIGNAL_SIGTERM:
 		sig = "SIGTERM"
 	default:
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "unsupported signal %d: E2B's API names SIGTERM (15) and SIGKILL (9)", req.Signal)
+		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "unsupported signal %d: E2B's API names SIGTERM (15) and SIGKILL (9)", int32(n))
 	}
-	cl, err := s.agent(c.sandbox)
-	if err != nil {
-		return nil, err
-	}
-	info, err := pidOf(ctx, cl, req.Process)
+	cl, info, err := p.s.processOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -379,17 +373,17 @@ func (s *Server) processSendSignal(ctx context.Context, c *call) (response, erro
 	if err := cl.Signal(ctx, info.PID, sig); err != nil {
 		return nil, err
 	}
-	return empty{}, nil
+	return connect.NewResponse(&envdpb.SendSignalResponse{}), nil
 }
 
-func (s *Server) processCloseStdin(ctx context.Context, c *call) (response, error) {
-	var req selectorRequest
-	cl, info, err := s.processFor(ctx, c, &req, &req.Process)
+// CloseStdin closes a process's standard input.
+func (p processService) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStdinRequest]) (*connect.Response[envdpb.CloseStdinResponse], error) {
+	cl, info, err := p.s.processOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	if err := cl.CloseStdin(ctx, info.PID); err != nil {
 		return nil, err
 	}
-	return empty{}, nil
+	return connect.NewResponse(&envdpb.CloseStdinResponse{}), nil
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -45,6 +45,10 @@ type Config struct {
 	Domain string
 	// Logger receives request-level logs; nil discards them.
 	Logger *slog.Logger
+	// Volumes serves E2B's volumes; nil uses the Manager's volume API
+	// when it has one. Without either, volume calls answer 501 and
+	// volumeMounts are refused.
+	Volumes VolumeManager
 }
 
 // Server serves E2B's control-plane API and envd API for one Manager. It
@@ -52,9 +56,11 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	m        *sandbox.Manager
+	vols     VolumeManager  // nil: no volumes (volumes.go)
+	content  *http.ServeMux // the volume content API (volumecontent.go)
 	log      *slog.Logger
 	control  *http.ServeMux
-	rpcs     map[string]rpcMethod
+	rpcs     rpcs
 	watchers *watcherSet
 	ports    *server.PortProxy // sandbox ports other than envd's (ports.go)
 
@@ -65,14 +71,16 @@ type Server struct {
 // New returns a Server with every route registered. It starts nothing:
 // goroutines exist only while requests or polling watchers do.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, m: cfg.Manager, log: cfg.Logger, control: http.NewServeMux(), closing: make(chan struct{})}
+	s := &Server{cfg: cfg, m: cfg.Manager, vols: volumeManagerOf(cfg), log: cfg.Logger,
+		control: http.NewServeMux(), content: http.NewServeMux(), closing: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.watchers = newWatcherSet(s)
 	s.ports = server.NewPortProxy(cfg.Manager, s.writeAPIError)
 	s.routeControl()
-	s.rpcs = s.rpcMethods()
+	s.routeVolumeContent()
+	s.rpcs = s.newRPCs()
 	return s
 }
 
@@ -88,10 +96,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Handler returns the handler of both surfaces. A request that names a
+// Handler returns the handler of every surface. A request that names a
 // sandbox (E2b-Sandbox-Id, or a 49983-<id>.<domain> host) goes to envd;
-// any other to the control plane. Point E2B_API_URL and E2B_SANDBOX_URL at
-// the same listener.
+// one under /volumecontent/ to the volume content API; any other to the
+// control plane. Point E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_VOLUME_API_URL at the same listener.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.APIKey == "" {
@@ -100,6 +109,10 @@ func (s *Server) Handler() http.Handler {
 		}
 		if id, port := sandboxOf(r); id != "" {
 			s.serveEnvd(w, r, id, port)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+			s.content.ServeHTTP(w, r) // authenticated per volume
 			return
 		}
 		if isRPCPath(r.URL.Path) {
@@ -202,32 +215,12 @@ func (s *Server) envs(w http.ResponseWriter, r *http.Request, id string) {
 // gone or not running is "unavailable" (HTTP 502 on envd routes), as
 // E2B's proxy answers for a killed sandbox; the SDK then reports that the
 // sandbox was killed or timed out, rather than that a file is missing.
-func (s *Server) agent(id string) (*agent.Client, error) {
+func (s *Server) agent(id string) (*agentclient.Client, error) {
 	c, err := s.m.Agent(id)
 	if err != nil {
 		return nil, unavailable("%v", err)
 	}
 	return c, nil
-}
-
-// decodeFor decodes the request of c into req and returns the agent of
-// the call's sandbox.
-func (s *Server) decodeFor(c *call, req request) (*agent.Client, error) {
-	if err := c.decode(req); err != nil {
-		return nil, err
-	}
-	return s.agent(c.sandbox)
-}
-
-// processFor is decodeFor for a request that names a process with sel, a
-// field of req: it also finds that process.
-func (s *Server) processFor(ctx context.Context, c *call, req request, sel *processSelector) (*agent.Client, wire.ProcessInfo, error) {
-	cl, err := s.decodeFor(c, req)
-	if err != nil {
-		return nil, wire.ProcessInfo{}, err
-	}
-	info, err := pidOf(ctx, cl, *sel)
-	return cl, info, err
 }
 
 // unavailable returns an error of kind ErrUnavailable.

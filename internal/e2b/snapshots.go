@@ -13,7 +13,9 @@ import (
 // This file maps E2B's snapshots and forks onto the Manager's. An E2B
 // snapshot ID is a Corral snapshot name; like E2B, a create whose
 // templateID names a snapshot starts from it (see create), and deleting
-// "template" ID removes the snapshot.
+// "template" ID removes the snapshot. The sandboxes made from a snapshot
+// and a fork's copies mount the same volumes as their source: an E2B
+// volume outlives the sandboxes that mount it, and E2B has no copies.
 
 // snapshotInfo is E2B's SnapshotInfo.
 type snapshotInfo struct {
@@ -41,7 +43,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		_, _ = rand.Read(b)
 		req.Name = "snap-" + hex.EncodeToString(b)
 	}
-	sn, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name})
+	sn, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name, Volumes: sandbox.VolumesShare})
 	if err != nil {
 		s.writeAPIError(w, r, err)
 		return
@@ -116,7 +118,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.writeAPIError(w, r, err)
 		return
 	}
-	copies, err := s.m.Fork(r.Context(), r.PathValue("id"), n)
+	copies, err := s.m.ForkWith(r.Context(), r.PathValue("id"), n, sandbox.ForkOptions{Volumes: sandbox.VolumesShare})
 	if err != nil {
 		s.writeAPIError(w, r, err)
 		return

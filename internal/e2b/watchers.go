@@ -6,6 +6,10 @@ import (
 	"encoding/hex"
 	"sync"
 
+	"connectrpc.com/connect"
+
+	"github.com/corralrun/corral/internal/agentclient"
+	"github.com/corralrun/corral/internal/e2b/envdpb"
 	"github.com/corralrun/corral/internal/errdefs"
 )
 
@@ -39,7 +43,7 @@ type pollWatcher struct {
 	done    chan struct{} // closed when its goroutine has returned
 
 	mu     sync.Mutex
-	events []fsEvent
+	events []*envdpb.FilesystemEvent
 	ended  bool
 	err    error // why the watch ended, if it failed
 }
@@ -48,36 +52,46 @@ func newWatcherSet(s *Server) *watcherSet {
 	return &watcherSet{s: s, ws: make(map[string]*pollWatcher)}
 }
 
-// create starts a watcher and returns its ID once the watch is in place.
-func (ws *watcherSet) create(ctx context.Context, c *call) (response, error) {
-	var req watchRequest
-	cl, err := ws.s.decodeFor(c, &req)
+// CreateWatcher starts a watcher and returns its ID once the watch is in
+// place.
+func (f filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[envdpb.CreateWatcherRequest]) (*connect.Response[envdpb.CreateWatcherResponse], error) {
+	cl, user, err := f.s.agentUser(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
-	dir, err := watchable(ctx, cl, resolvePath(req.Path, userOf(c.header)))
+	dir, err := watchable(ctx, cl, resolvePath(req.Msg.GetPath(), user))
 	if err != nil {
 		return nil, err
 	}
+	id, err := f.s.watchers.create(ctx, cl, watch{dir: dir, recursive: req.Msg.GetRecursive(), includeEntry: req.Msg.GetIncludeEntry()})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// create starts a watcher of w for the call's sandbox and returns its ID
+// once the watch is in place.
+func (ws *watcherSet) create(ctx context.Context, cl *agentclient.Client, wt watch) (string, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	// The watch outlives this request: it ends with RemoveWatcher, with
 	// the sandbox, or when the server closes.
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &pollWatcher{sandbox: c.sandbox, cancel: cancel, done: make(chan struct{})}
+	w := &pollWatcher{sandbox: callOf(ctx).sandbox, cancel: cancel, done: make(chan struct{})}
 
 	ws.mu.Lock()
 	if ws.closed {
 		ws.mu.Unlock()
 		cancel()
-		return nil, unavailable("the E2B API is shutting down")
+		return "", unavailable("the E2B API is shutting down")
 	}
 	ws.pruneLocked()
 	if len(ws.ws) >= maxWatchers {
 		ws.mu.Unlock()
 		cancel()
-		return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "too many watchers (%d): remove some with RemoveWatcher", maxWatchers)
+		return "", errdefs.Errorf(errdefs.ErrResourceExhausted, "too many watchers (%d): remove some with RemoveWatcher", maxWatchers)
 	}
 	ws.ws[id] = w
 	ws.wg.Add(1)
@@ -87,33 +101,38 @@ func (ws *watcherSet) create(ctx context.Context, c *call) (response, error) {
 	go func() {
 		defer ws.wg.Done()
 		defer close(w.done)
-		err := watchEvents(wctx, cl, dir, req, func() error { close(ready); return nil }, w.add)
+		err := wt.run(wctx, cl, func() error { close(ready); return nil }, w.add)
 		w.finish(wctx, err)
 	}()
 	select {
 	case <-ready:
-		return createWatcherResponse{WatcherID: id}, nil
+		return id, nil
 	case <-w.done:
 		ws.drop(id)
 		if w.err == nil {
-			return nil, errdefs.Errorf(errdefs.ErrNotFound, "watching %s: the directory went away", dir)
+			return "", errdefs.Errorf(errdefs.ErrNotFound, "watching %s: the directory went away", wt.dir)
 		}
-		return nil, w.err
+		return "", w.err
 	case <-ctx.Done():
 		ws.drop(id)
-		return nil, ctx.Err()
+		return "", ctx.Err()
 	}
 }
 
-// events returns and forgets the events a watcher collected. A watcher
-// whose watch failed returns its error once its events are drained, and
-// is removed.
-func (ws *watcherSet) events(_ context.Context, c *call) (response, error) {
-	var req watcherRequest
-	if err := c.decode(&req); err != nil {
+// GetWatcherEvents returns and forgets the events a watcher collected. A
+// watcher whose watch failed returns its error once its events are
+// drained, and is removed.
+func (f filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[envdpb.GetWatcherEventsRequest]) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
+	evs, err := f.s.watchers.events(req.Msg.GetWatcherId(), callOf(ctx).sandbox)
+	if err != nil {
 		return nil, err
 	}
-	w, err := ws.get(req.WatcherID, c.sandbox)
+	return connect.NewResponse(&envdpb.GetWatcherEventsResponse{Events: evs}), nil
+}
+
+// events returns and forgets the events of watcher id of sandbox sb.
+func (ws *watcherSet) events(id, sb string) ([]*envdpb.FilesystemEvent, error) {
+	w, err := ws.get(id, sb)
 	if err != nil {
 		return nil, err
 	}
@@ -122,28 +141,23 @@ func (ws *watcherSet) events(_ context.Context, c *call) (response, error) {
 	w.events = nil
 	w.mu.Unlock()
 	if len(evs) == 0 && ended {
-		ws.drop(req.WatcherID)
+		ws.drop(id)
 		if werr != nil {
 			return nil, werr
 		}
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "watcher %s ended: its directory is gone", req.WatcherID)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "watcher %s ended: its directory is gone", id)
 	}
-	if evs == nil {
-		evs = []fsEvent{}
-	}
-	return watcherEventsResponse{Events: evs}, nil
+	return evs, nil
 }
 
-func (ws *watcherSet) remove(_ context.Context, c *call) (response, error) {
-	var req watcherRequest
-	if err := c.decode(&req); err != nil {
+// RemoveWatcher stops a watcher and forgets it.
+func (f filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[envdpb.RemoveWatcherRequest]) (*connect.Response[envdpb.RemoveWatcherResponse], error) {
+	id := req.Msg.GetWatcherId()
+	if _, err := f.s.watchers.get(id, callOf(ctx).sandbox); err != nil {
 		return nil, err
 	}
-	if _, err := ws.get(req.WatcherID, c.sandbox); err != nil {
-		return nil, err
-	}
-	ws.drop(req.WatcherID)
-	return empty{}, nil
+	f.s.watchers.drop(id)
+	return connect.NewResponse(&envdpb.RemoveWatcherResponse{}), nil
 }
 
 // get returns the watcher id of sandbox sb.
@@ -194,7 +208,7 @@ func (ws *watcherSet) close() {
 	ws.wg.Wait()
 }
 
-func (w *pollWatcher) add(ev fsEvent) error {
+func (w *pollWatcher) add(ev *envdpb.FilesystemEvent) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.events) >= maxWatcherEvents {

@@ -18,13 +18,15 @@ import (
 
 // The lifecycle event types.
 const (
-	Created = "created" // recorded, resources not yet acquired
+	Created = "created" // recorded as creating; its resources may still be being made
 	Running = "running" // created and started, or back from an error-free restart
 	Paused  = "paused"  // frozen
 	Resumed = "resumed" // thawed; the sandbox is running again
 	Deleted = "deleted" // released and forgotten (also after a failed create)
 	Error   = "error"   // with a sandbox ID: the sandbox entered the error state; without one: the stream ends
 	Timeout = "timeout" // the deadline passed; a deleted event follows
+	Stopped = "stopped" // every process ended; the files stay for a start
+	Started = "started" // a stopped sandbox booted again; it is running
 )
 
 // OverflowCode is the error code of the event that ends a dropped

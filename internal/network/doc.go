@@ -58,14 +58,11 @@
 // remove the rest. DialLoopback lets the daemon itself connect to a
 // sandbox's port (inbound forwarding) on 127.0.0.1 inside the namespace.
 //
-// Cost, measured on the 2-core test VM (kernel 6.18, HZ=250, lazy RCU):
-// setup takes about 1.5 ms in mode none and 4-5 ms with a veth and rules.
-// Removing a veth sandbox's chains and veth costs 30-40 ms of kernel RCU
-// waits (an nftables commit that deletes anything waits one grace period,
-// about 10 ms; unregistering a veth waits in rcu_barrier, about 20 ms).
-// So Teardown does only the quick part, which cuts the sandbox off (egress
-// detached, namespace unmounted: 0.1-1 ms), and leaves the rest to a
-// background batch (reap.go): one nftables commit per 16 sandboxes, and
-// the kernel deletes both veth ends in its own batched namespace cleanup.
-// A hundred teardowns in a row cost about 1.5 ms each, all included.
+// Removing a veth sandbox's chains and veth waits on the kernel's RCU: an
+// nftables commit that deletes anything waits one grace period, and
+// unregistering a veth waits in rcu_barrier. So Teardown does only the
+// quick part, which cuts the sandbox off (egress detached, namespace
+// unmounted), and leaves the rest to a background batch (reap.go): one
+// nftables commit per batch of sandboxes, and the kernel deletes both veth
+// ends in its own batched namespace cleanup.
 package network

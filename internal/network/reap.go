@@ -6,13 +6,13 @@ import (
 
 // Teardown of a sandbox with a veth does the part that is quick and ends
 // the sandbox's network at once (egress detached, namespace unmounted) and
-// queues the rest here: its nftables chains and map entries, and the
-// check that its veth is gone, are removed for every queued sandbox in one
-// batch, off the caller's path. The kernel waits an RCU grace period for
-// each nftables commit that deletes something and in rcu_barrier for each
-// veth it unregisters (about 10 and 20 ms here); batching pays those once
-// per batch instead of once per sandbox, and unmounting the namespace lets
-// the kernel delete both veth ends in its own batched namespace cleanup.
+// queues the rest here: its nftables chains and map entries, and the check
+// that its veth is gone, are removed for every queued sandbox in one batch,
+// off the caller's path. The kernel waits an RCU grace period for each
+// nftables commit that deletes something and in rcu_barrier for each veth
+// it unregisters; batching pays those once per batch instead of once per
+// sandbox, and unmounting the namespace lets the kernel delete both veth
+// ends in its own batched namespace cleanup.
 //
 // Until its batch is done a sandbox's address slot stays reserved, so its
 // interface name is never reused early, and its id waits in Setup. Close

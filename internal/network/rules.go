@@ -423,23 +423,33 @@ func sandboxRules(host, addr netip.Addr, ports egress.Ports, p egress.Policy) ma
 			broad = append(broad, c)
 		}
 	}
-	allowCIDR := func(v verdict, c egress.CIDRRule, protos ...l4) []rule {
-		if len(c.Ports) == 0 {
-			return []rule{r(v, daddrIn(c.Prefix))}
-		}
-		var out []rule
-		for _, port := range c.Ports {
-			for _, proto := range protos {
-				out = append(out, r(v, daddrIn(c.Prefix), proto, dport(port)))
-			}
-		}
-		return out
+	return map[chainKind][]rule{
+		kindPre: preRules(host, ports, p),
+		kindIn:  inRules(host, addr, ports, explicit),
+		kindFwd: fwdRules(addr, p.Mode, explicit, broad),
 	}
+}
 
-	// pre (nat): destinations a CIDR rule allows go out directly;
-	// otherwise DNS goes to the sandbox's resolver and TCP 80/443 to the
-	// transparent proxy, wherever the sandbox sent them, and in allowlist
-	// mode everything else to the host end to be refused.
+// allowCIDR returns the rules that give c's destinations verdict v: one
+// for the whole prefix, or one per port and protocol when c names ports.
+func allowCIDR(v verdict, c egress.CIDRRule, protos ...l4) []rule {
+	if len(c.Ports) == 0 {
+		return []rule{r(v, daddrIn(c.Prefix))}
+	}
+	var out []rule
+	for _, port := range c.Ports {
+		for _, proto := range protos {
+			out = append(out, r(v, daddrIn(c.Prefix), proto, dport(port)))
+		}
+	}
+	return out
+}
+
+// preRules is the nat chain: destinations a CIDR rule allows go out
+// directly; otherwise DNS goes to the sandbox's resolver and TCP 80/443 to
+// the transparent proxy, wherever the sandbox sent them, and in allowlist
+// mode everything else to the host end to be refused.
+func preRules(host netip.Addr, ports egress.Ports, p egress.Policy) []rule {
 	pre := []rule{r(ret, notIPv4{})}
 	for _, c := range p.CIDRs {
 		pre = append(pre, allowCIDR(ret, c, tcp, udp)...)
@@ -461,10 +471,13 @@ func sandboxRules(host, addr netip.Addr, ports egress.Ports, p egress.Policy) ma
 			r(dnat(netip.AddrPortFrom(host, 0))),
 		)
 	}
+	return pre
+}
 
-	// in (filter, to the host itself): only the resolver and the proxies
-	// on the sandbox's own host address, replies to connections the host
-	// opened, and host addresses an explicit rule names.
+// inRules is the filter chain for packets to the host itself: only the
+// resolver and the proxies on the sandbox's own host address, replies to
+// connections the host opened, and host addresses an explicit rule names.
+func inRules(host, addr netip.Addr, ports egress.Ports, explicit []egress.CIDRRule) []rule {
 	in := []rule{
 		r(drop, notIPv4{}),
 		r(drop, saddrNot(addr)),
@@ -477,10 +490,12 @@ func sandboxRules(host, addr netip.Addr, ports egress.Ports, p egress.Policy) ma
 	for _, c := range explicit {
 		in = append(in, allowCIDR(accept, c, tcp, udp)...)
 	}
-	in = append(in, r(gotoChain(chainRefuse)))
+	return append(in, r(gotoChain(chainRefuse)))
+}
 
-	// fwd (filter, routed elsewhere): explicit rules, then the blocked
-	// ranges, then broad rules and open mode.
+// fwdRules is the filter chain for packets routed elsewhere: explicit
+// rules, then the blocked ranges, then broad rules and open mode.
+func fwdRules(addr netip.Addr, mode egress.Mode, explicit, broad []egress.CIDRRule) []rule {
 	fwd := []rule{
 		r(drop, notIPv4{}),
 		r(drop, saddrNot(addr)),
@@ -494,11 +509,10 @@ func sandboxRules(host, addr netip.Addr, ports egress.Ports, p egress.Policy) ma
 	for _, c := range broad {
 		fwd = append(fwd, allowCIDR(accept, c, tcp, udp)...)
 	}
-	if p.Mode == egress.ModeOpen {
+	if mode == egress.ModeOpen {
 		fwd = append(fwd, r(accept))
 	}
-	fwd = append(fwd, r(gotoChain(chainRefuse)))
-	return map[chainKind][]rule{kindPre: pre, kindIn: in, kindFwd: fwd}
+	return append(fwd, r(gotoChain(chainRefuse)))
 }
 
 // needsForwarding reports whether a policy sends any traffic through the

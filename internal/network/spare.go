@@ -13,13 +13,13 @@ import (
 )
 
 // Spare networks take Setup's slowest steps off the create path. Making a
-// network namespace (1.5-3 ms here) and a veth pair with its addresses and
-// route (1.5-2 ms) depends on nothing of the sandbox, so the Manager keeps
-// Config.Spares networks of each kind made ahead: a namespace alone, for
-// mode none, and a namespace with a veth, for the other modes. Setup takes
-// one when it can: it moves the namespace's mount to the sandbox's path
-// and names the veth after the sandbox; rules and egress follow as
-// before. Without a spare, Setup makes everything itself.
+// network namespace and a veth pair with its addresses and route depends on
+// nothing of the sandbox, so the Manager keeps Config.Spares networks of
+// each kind made ahead: a namespace alone, for mode none, and a namespace
+// with a veth, for the other modes. Setup takes one when it can: it moves
+// the namespace's mount to the sandbox's path and names the veth after the
+// sandbox; rules and egress follow as they do without a spare. Without a
+// spare, Setup makes everything itself.
 //
 // A kind is kept only once Setup has asked for it, and spares are made
 // SpareDelay after Setup took one, so that making them does not compete
@@ -230,9 +230,9 @@ func removeStaleSpares(dir string) error {
 }
 
 // moveNetNS moves a spare's namespace to path to: its target file, made
-// with the spare, becomes to (a rename, where creating a file costs about
-// a millisecond on ext4 here), the namespace is bind-mounted on it, and
-// the spare's mount is removed. On failure to does not exist.
+// with the spare, becomes to (a rename, cheaper than creating a file on the
+// create path), the namespace is bind-mounted on it, and the spare's mount
+// is removed. On failure to does not exist.
 func (m *Manager) moveNetNS(sp spare, to string) error {
 	from := m.netnsPath(sp.name)
 	if err := unix.Renameat2(unix.AT_FDCWD, from+targetSuffix, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"github.com/corralrun/corral/internal/admission"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 func TestAdmissionLimits(t *testing.T) {
 	tests := []struct {
 		name string
-		adm  Admission
+		adm  admission.Config
 		// specs are created in order by principal "a" unless named "b:".
 		first  []Spec
 		refuse Spec
@@ -28,37 +29,37 @@ func TestAdmissionLimits(t *testing.T) {
 	}{
 		{
 			name:   "max sandboxes",
-			adm:    Admission{MaxSandboxes: 2},
+			adm:    admission.Config{MaxSandboxes: 2},
 			first:  []Spec{{}, {}},
 			refuse: Spec{},
 			kind:   errdefs.ErrBusy,
-			reason: RefusedSandboxes,
+			reason: admission.RefusedSandboxes,
 		},
 		{
 			name:   "memory commit",
-			adm:    Admission{MemoryCommitRatio: 1.5, HostMemoryBytes: 1 << 30}, // 1.5 GiB
+			adm:    admission.Config{MemoryCommitRatio: 1.5, HostMemoryBytes: 1 << 30}, // 1.5 GiB
 			first:  []Spec{{MemoryBytes: 1 << 30}},
 			refuse: Spec{MemoryBytes: 768 << 20},
 			kind:   errdefs.ErrBusy,
-			reason: RefusedMemory,
+			reason: admission.RefusedMemory,
 			then:   &Spec{MemoryBytes: 512 << 20},
 		},
 		{
 			name:   "cpu commit",
-			adm:    Admission{CPUCommitRatio: 2, HostMilliCPUs: 1000},
+			adm:    admission.Config{CPUCommitRatio: 2, HostMilliCPUs: 1000},
 			first:  []Spec{{MilliCPUs: 1500}},
 			refuse: Spec{MilliCPUs: 1000},
 			kind:   errdefs.ErrBusy,
-			reason: RefusedCPU,
+			reason: admission.RefusedCPU,
 			then:   &Spec{MilliCPUs: 500},
 		},
 		{
 			name:   "per principal",
-			adm:    Admission{MaxPerPrincipal: 1},
+			adm:    admission.Config{MaxPerPrincipal: 1},
 			first:  []Spec{{}},
 			refuse: Spec{},
 			kind:   errdefs.ErrResourceExhausted,
-			reason: RefusedPrincipal,
+			reason: admission.RefusedPrincipal,
 			then:   &Spec{Metadata: map[string]string{"principal": "b"}},
 		},
 	}
@@ -71,7 +72,7 @@ func TestAdmissionLimits(t *testing.T) {
 					p = s.Metadata["principal"]
 				}
 				s.Template = "tiny"
-				return h.m.Create(WithPrincipal(t.Context(), p), s)
+				return h.m.Create(admission.WithPrincipal(t.Context(), p), s)
 			}
 			for _, s := range tt.first {
 				if _, err := create(s); err != nil {
@@ -101,7 +102,7 @@ func TestAdmissionLimits(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if n, mem, cpu, q := h.m.adm.usage(); n != 0 || mem != 0 || cpu != 0 || q != 0 {
+			if n, mem, cpu, q := h.m.adm.Usage(); n != 0 || mem != 0 || cpu != 0 || q != 0 {
 				t.Errorf("budget after deleting everything: %d sandboxes, %d bytes, %d millicpus, %d queued", n, mem, cpu, q)
 			}
 			if _, err := create(tt.refuse); err != nil {
@@ -113,7 +114,7 @@ func TestAdmissionLimits(t *testing.T) {
 
 func TestAdmissionRefusesWhatNeverFits(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.Admission = Admission{MemoryCommitRatio: 1, HostMemoryBytes: 256 << 20}
+		c.Admission = admission.Config{MemoryCommitRatio: 1, HostMemoryBytes: 256 << 20}
 	})
 	_, err := h.m.Create(t.Context(), Spec{Template: "tiny", MemoryBytes: 512 << 20})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -126,7 +127,7 @@ func TestAdmissionRefusesWhatNeverFits(t *testing.T) {
 // too long is refused, and none of them leaves anything behind.
 func TestAdmissionQueue(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.Admission = Admission{MaxSandboxes: 1, QueueLength: 1, MaxWait: time.Minute}
+		c.Admission = admission.Config{MaxSandboxes: 1, QueueLength: 1, MaxWait: time.Minute}
 	})
 	ctx := t.Context()
 	first, err := h.m.Create(ctx, Spec{Template: "tiny"})
@@ -138,11 +139,11 @@ func TestAdmissionQueue(t *testing.T) {
 		_, err := h.m.Create(ctx, Spec{Template: "tiny"})
 		waited <- err
 	}()
-	waitFor(t, func() bool { _, _, _, q := h.m.adm.usage(); return q == 1 })
+	waitFor(t, func() bool { _, _, _, q := h.m.adm.Usage(); return q == 1 })
 	if _, err := h.m.Create(ctx, Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("create with a full queue: %v, want busy", err)
 	}
-	if got := h.m.Metrics().AdmissionRefusals.Value(RefusedQueueFull); got != 1 {
+	if got := h.m.Metrics().AdmissionRefusals.Value(admission.RefusedQueueFull); got != 1 {
 		t.Errorf("queue_full refusals = %v", got)
 	}
 	if err := h.m.Delete(ctx, first.ID); err != nil {
@@ -154,20 +155,29 @@ func TestAdmissionQueue(t *testing.T) {
 
 	// The queue is empty again; a create that is not admitted within
 	// MaxWait, or whose caller gives up, is refused and forgotten.
-	h.m.adm.cfg.MaxWait = 20 * time.Millisecond
-	if _, err := h.m.Create(ctx, Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrBusy) {
+	short := newHarness(t, func(c *Config) {
+		c.Admission = admission.Config{MaxSandboxes: 1, QueueLength: 1, MaxWait: 20 * time.Millisecond}
+	})
+	held, err := short.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.m.Create(ctx, Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("create after waiting: %v, want busy", err)
 	}
-	if got := h.m.Metrics().AdmissionRefusals.Value(RefusedWait); got != 1 {
+	if got := short.m.Metrics().AdmissionRefusals.Value(admission.RefusedWait); got != 1 {
 		t.Errorf("wait_timeout refusals = %v", got)
 	}
-	h.m.adm.cfg.MaxWait = time.Minute
+	if err := short.m.Delete(ctx, held.ID); err != nil {
+		t.Fatal(err)
+	}
+	short.assertClean(t)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if _, err := h.m.Create(cctx, Spec{Template: "tiny"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("create whose caller gave up: %v", err)
 	}
-	if n, _, _, q := h.m.adm.usage(); n != 1 || q != 0 {
+	if n, _, _, q := h.m.adm.Usage(); n != 1 || q != 0 {
 		t.Errorf("budget: %d sandboxes, %d queued; want 1 and 0", n, q)
 	}
 	for _, sb := range h.m.List(Filter{}) {
@@ -180,14 +190,14 @@ func TestAdmissionQueue(t *testing.T) {
 
 // A create that fails after admission gives its claim back.
 func TestAdmissionReleasedOnFailure(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Admission = Admission{MaxSandboxes: 1, MaxPerPrincipal: 1} })
+	h := newHarness(t, func(c *Config) { c.Admission = admission.Config{MaxSandboxes: 1, MaxPerPrincipal: 1} })
 	h.setFailDriver(func(string) error { return errors.New("boom") })
 	for range 3 {
 		if _, err := h.m.Create(t.Context(), Spec{Template: "tiny"}); err == nil || errors.Is(err, errdefs.ErrBusy) {
 			t.Fatalf("create with a failing driver: %v", err)
 		}
 	}
-	if n, _, _, _ := h.m.adm.usage(); n != 0 {
+	if n, _, _, _ := h.m.adm.Usage(); n != 0 {
 		t.Errorf("%d claims held after failed creates", n)
 	}
 	h.setFailDriver(nil)
@@ -201,7 +211,7 @@ func TestAdmissionReleasedOnFailure(t *testing.T) {
 // returns to zero.
 func TestAdmissionConcurrent(t *testing.T) {
 	const capacity, tries = 5, 40
-	h := newHarness(t, func(c *Config) { c.Admission = Admission{MaxSandboxes: capacity} })
+	h := newHarness(t, func(c *Config) { c.Admission = admission.Config{MaxSandboxes: capacity} })
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var ok, busy int
@@ -230,7 +240,7 @@ func TestAdmissionConcurrent(t *testing.T) {
 		}
 	}
 	h.assertClean(t)
-	if n, _, _, _ := h.m.adm.usage(); n != 0 {
+	if n, _, _, _ := h.m.adm.Usage(); n != 0 {
 		t.Errorf("%d claims held", n)
 	}
 }
@@ -288,7 +298,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // A live limit change counts against host capacity like a create.
 func TestAdmissionResize(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.Admission = Admission{MemoryCommitRatio: 1, HostMemoryBytes: 1 << 30, CPUCommitRatio: 1, HostMilliCPUs: 2000}
+		c.Admission = admission.Config{MemoryCommitRatio: 1, HostMemoryBytes: 1 << 30, CPUCommitRatio: 1, HostMilliCPUs: 2000}
 	})
 	ctx := t.Context()
 	a, err := h.m.Create(ctx, Spec{Template: "tiny", MemoryBytes: 512 << 20, MilliCPUs: 1000})
@@ -315,7 +325,7 @@ func TestAdmissionResize(t *testing.T) {
 			if !errors.Is(err, tt.kind) {
 				t.Fatalf("UpdateResources: %v, want %v", err, tt.kind)
 			}
-			if _, mem, _, _ := h.m.adm.usage(); mem != tt.mem {
+			if _, mem, _, _ := h.m.adm.Usage(); mem != tt.mem {
 				t.Errorf("committed memory %d MiB, want %d MiB", mem>>20, tt.mem>>20)
 			}
 		})
@@ -325,8 +335,8 @@ func TestAdmissionResize(t *testing.T) {
 // Sandboxes found at start count against their owner's limit and the
 // host's capacity as before the restart.
 func TestAdmissionSurvivesRestart(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Admission = Admission{MaxPerPrincipal: 1, MaxSandboxes: 2} })
-	ctx := WithPrincipal(t.Context(), "a")
+	h := newHarness(t, func(c *Config) { c.Admission = admission.Config{MaxPerPrincipal: 1, MaxSandboxes: 2} })
+	ctx := admission.WithPrincipal(t.Context(), "a")
 	if _, err := h.m.Create(ctx, Spec{Template: "tiny"}); err != nil {
 		t.Fatal(err)
 	}
@@ -335,10 +345,10 @@ func TestAdmissionSurvivesRestart(t *testing.T) {
 	if _, err := h.m.Create(ctx, Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("second create of the same owner after a restart: %v, want resource exhausted", err)
 	}
-	if _, err := h.m.Create(WithPrincipal(t.Context(), "b"), Spec{Template: "tiny"}); err != nil {
+	if _, err := h.m.Create(admission.WithPrincipal(t.Context(), "b"), Spec{Template: "tiny"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.m.Create(WithPrincipal(t.Context(), "c"), Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrBusy) {
+	if _, err := h.m.Create(admission.WithPrincipal(t.Context(), "c"), Spec{Template: "tiny"}); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("third sandbox after a restart: %v, want busy", err)
 	}
 }

@@ -3,13 +3,13 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"github.com/corralrun/corral/internal/events"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/events"
 )
 
 // Action is what a lifecycle timer does to a sandbox when it fires.
@@ -24,6 +24,10 @@ const (
 	// A sandbox paused by its deadline has the deadline cleared: it stays
 	// paused until someone resumes it and sets a new timeout.
 	ActionPause Action = "pause"
+	// ActionStop stops the sandbox (Manager.Stop): its processes end and
+	// its memory and CPU are free, its files stay until a start. A
+	// stopped sandbox has no deadline and no idle timer.
+	ActionStop Action = "stop"
 )
 
 // Lifecycle is a change of a sandbox's lifecycle timers (SetLifecycle): a
@@ -124,8 +128,10 @@ func (m *Manager) admitLifecycle(drv driver.Driver, l Lifecycle) (Lifecycle, err
 				return out, errdefs.Errorf(errdefs.ErrNotImplemented, "%s action pause: runtime %s cannot pause sandboxes on this daemon", a.name, drv.Name())
 			}
 			*a.dst = a.v
+		case ActionStop:
+			*a.dst = a.v
 		default:
-			return out, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown %s action %q (use destroy or pause)", a.name, a.v)
+			return out, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown %s action %q (use destroy, pause or stop)", a.name, a.v)
 		}
 	}
 	return out, nil
@@ -150,7 +156,7 @@ func (m *Manager) reapExpired() {
 	for id, e := range m.sandboxes {
 		sb := &e.sb
 		switch {
-		case sb.State == StateCreating || sb.Pool != "":
+		case sb.State == StateCreating || sb.Pool != "" || resting(sb.State):
 		case !sb.Deadline.IsZero() && now.After(sb.Deadline):
 			due = append(due, timer{id, "deadline", sb.OnDeadline, sb.State})
 		case sb.State != StateRunning:
@@ -179,6 +185,9 @@ func (m *Manager) reapExpired() {
 // after another idle period.
 func (m *Manager) fire(ctx context.Context, t timer) {
 	log := m.log.With("sandbox_id", t.id, "timer", t.reason, "action", string(t.action))
+	if t.action == ActionStop && m.stopFor(ctx, t, log) {
+		return
+	}
 	if t.action == ActionPause && (t.state == StateRunning || t.state == StatePaused) {
 		err := m.pauseFor(ctx, t)
 		if err == nil {
@@ -233,4 +242,51 @@ func (m *Manager) pauseFor(ctx context.Context, t timer) error {
 		return fmt.Errorf("recording deadline of paused sandbox %s: %w", t.id, err)
 	}
 	return nil
+}
+
+// SetTimeout sets a sandbox's deadline to now+timeout (0: no deadline, when
+// the server allows it). This is the only way a deadline changes.
+func (m *Manager) SetTimeout(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
+	e, _, unlock, err := m.lockEntry(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer unlock()
+	deadline, err := m.deadline(m.cfg.Now(), timeout)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	m.mu.Lock()
+	if e.sb.State == StateStopped {
+		m.mu.Unlock()
+		return Sandbox{}, notRunning(id, StateStopped)
+	}
+	if e.sb.State == StateDeleting || e.sb.State == StateCreating {
+		st := e.sb.State
+		m.mu.Unlock()
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, st)
+	}
+	e.sb.Deadline = deadline
+	sb := e.sb.clone()
+	m.mu.Unlock()
+	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
+		return Sandbox{}, fmt.Errorf("recording timeout of sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// reapLoop fires the lifecycle timers that are due (reapExpired), until
+// Close.
+func (m *Manager) reapLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.reapExpired()
+		}
+	}
 }

@@ -12,7 +12,7 @@ import (
 
 // Metrics are the instruments the Manager and its helpers feed. The pool
 // fields are registered (and read 0) whether or not pools exist; a claim
-// (pool.go) counts a hit and observes ClaimSeconds, or counts a miss. The
+// (poolclaim.go) counts a hit and observes ClaimSeconds, or counts a miss. The
 // pool sizes are read at each scrape (corral_pool_size).
 type Metrics struct {
 	// CreateSeconds: cold creates that succeeded, by runtime.
@@ -25,7 +25,7 @@ type Metrics struct {
 	// PoolHits and PoolMisses: creates a pool could and could not serve.
 	PoolHits, PoolMisses *metrics.Counter
 	// AdmissionRefusals: creates refused by admission control, by reason
-	// (the Refused* constants).
+	// (admission.Refused*).
 	AdmissionRefusals *metrics.Counter
 	// AdmissionQueue: creates waiting for capacity or a starting slot.
 	AdmissionQueue *metrics.Gauge
@@ -67,13 +67,13 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		}
 	})
 	r.GaugeFunc("corral_admission_committed", "Budget held by sandboxes that exist or are being created: sandboxes, memory_bytes, millicpus.", []string{"resource"}, func(_ context.Context, emit metrics.Emit) {
-		count, mem, cpu, _ := m.adm.usage()
+		count, mem, cpu, _ := m.adm.Usage()
 		emit(float64(count), "sandboxes")
 		emit(float64(mem), "memory_bytes")
 		emit(float64(cpu), "millicpus")
 	})
 	r.GaugeFunc("corral_admission_starting", "Creates being started now, within the limit of starting slots.", nil, func(_ context.Context, emit metrics.Emit) {
-		emit(float64(m.adm.startingNow()))
+		emit(float64(m.adm.Starting()))
 	})
 	r.GaugeFunc("corral_pool_size", "Warm sandboxes ready to be claimed, by pool.", []string{"pool"}, func(_ context.Context, emit metrics.Emit) {
 		m.pools.mu.Lock()
@@ -103,8 +103,6 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 			emit(float64(q.QuotaStatus().Inconsistencies))
 		})
 	}
-	m.adm.onRefuse = func(reason string) { met.AdmissionRefusals.Inc(reason) }
-	m.adm.onQueue = func(n int) { met.AdmissionQueue.Set(float64(n)) }
 	return met
 }
 

@@ -78,8 +78,8 @@ func clonePolicy(p egress.Policy) egress.Policy {
 }
 
 // managedNetwork reports whether sb's network is one of Config.Network's:
-// records from before networks (no mode) ran in the runtime's own
-// namespace.
+// a record without a mode ran in the runtime's own namespace, which the
+// Manager neither updates nor tears down.
 func (m *Manager) managedNetwork(sb Sandbox) bool {
 	return m.cfg.Network != nil && sb.Network.Mode != ""
 }
@@ -130,8 +130,8 @@ func (m *Manager) releaseNetwork(ctx context.Context, id string) error {
 }
 
 // releaseNetworkLater tears down the network of a deleted sandbox in the
-// background. Teardown takes tens of milliseconds of kernel RCU waits
-// (package network) that a client deleting a sandbox need not wait for:
+// background. Teardown waits for kernel RCU grace periods (package
+// network), which a client deleting a sandbox need not wait for:
 // the sandbox is gone from the API already, its processes are dead, and
 // its address stays reserved until the teardown ends. Close waits for
 // pending teardowns; after a crash, reconcile removes what is left.
@@ -184,7 +184,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 	managed := m.managedNetwork(e.sb)
 	m.mu.RUnlock()
 	if state != StateRunning && state != StatePaused {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, state)
+		return Sandbox{}, notRunning(id, state)
 	}
 	if !managed {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s has no managed network (made before network support)", id)
@@ -248,7 +248,7 @@ func (m *Manager) reconcileNetworks(ctx context.Context) error {
 	}
 	keep := map[string]egress.Policy{}
 	for id, e := range m.sandboxes {
-		if m.managedNetwork(e.sb) {
+		if m.managedNetwork(e.sb) && e.sb.State != StateStopped {
 			keep[id] = e.sb.Network
 		}
 	}

@@ -6,9 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,123 +15,17 @@ import (
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/network"
+	"github.com/corralrun/corral/internal/network/fakenet"
 	"github.com/corralrun/corral/internal/wire"
 )
 
 // comparePrefixes lets cmp compare policies, which hold netip.Prefix.
 var comparePrefixes = cmpopts.EquateComparable(netip.Prefix{})
 
-// fakeNetwork keeps policies in memory, as network.Manager keeps them on
-// the host, and follows its rules for mode changes and reconciling.
-type fakeNetwork struct {
-	mu        sync.Mutex
-	nets      map[string]egress.Policy
-	torn      []string
-	failSetup error
-	// tearBlock, when set, is received from by every Teardown before it
-	// proceeds.
-	tearBlock chan struct{}
-}
-
-func newFakeNetwork() *fakeNetwork { return &fakeNetwork{nets: map[string]egress.Policy{}} }
-
-func (f *fakeNetwork) sandbox(id string, p egress.Policy) network.Sandbox {
-	sb := network.Sandbox{ID: id, Mode: p.Mode, NetNSPath: "/fake/netns/" + id, Ports: egress.DefaultServerPorts()}
-	if p.Mode != egress.ModeNone {
-		sb.HostAddr = netip.MustParseAddr("10.99.0.1")
-		sb.Addr = netip.MustParsePrefix("10.99.0.2/30")
-	}
-	return sb
-}
-
-func (f *fakeNetwork) Setup(_ context.Context, id string, p egress.Policy) (*network.Sandbox, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failSetup != nil {
-		return nil, f.failSetup
-	}
-	if _, ok := f.nets[id]; ok {
-		return nil, errdefs.Errorf(errdefs.ErrAlreadyExists, "fake network %s exists", id)
-	}
-	f.nets[id] = p
-	sb := f.sandbox(id, p)
-	return &sb, nil
-}
-
-func (f *fakeNetwork) Update(_ context.Context, id string, p egress.Policy) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	old, ok := f.nets[id]
-	if !ok {
-		return errdefs.Errorf(errdefs.ErrNotFound, "fake network %s not found", id)
-	}
-	if (old.Mode == egress.ModeNone) != (p.Mode == egress.ModeNone) {
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "fake: mode %s to %s", old.Mode, p.Mode)
-	}
-	f.nets[id] = p
-	return nil
-}
-
-func (f *fakeNetwork) Teardown(_ context.Context, id string) error {
-	if f.tearBlock != nil {
-		<-f.tearBlock
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.nets, id)
-	f.torn = append(f.torn, id)
-	return nil
-}
-
-func (f *fakeNetwork) Get(id string) (network.Sandbox, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p, ok := f.nets[id]
-	return f.sandbox(id, p), ok
-}
-
-func (f *fakeNetwork) Reconcile(_ context.Context, keep map[string]egress.Policy) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var errs []error
-	for id := range f.nets {
-		if p, ok := keep[id]; ok {
-			f.nets[id] = p
-		} else {
-			delete(f.nets, id)
-			f.torn = append(f.torn, id)
-		}
-	}
-	for id := range keep {
-		if _, ok := f.nets[id]; !ok {
-			errs = append(errs, errdefs.Errorf(errdefs.ErrNotFound, "fake network %s not on the host", id))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (f *fakeNetwork) ids() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for id := range f.nets {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func (f *fakeNetwork) policy(id string) egress.Policy {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.nets[id]
-}
-
 // newNetHarness is a harness whose Manager has the fake network layer.
-func newNetHarness(t *testing.T, mod func(*Config)) (*harness, *fakeNetwork) {
+func newNetHarness(t *testing.T, mod func(*Config)) (*harness, *fakenet.Network) {
 	t.Helper()
-	fn := newFakeNetwork()
+	fn := fakenet.New()
 	dir := t.TempDir()
 	h := newHarness(t, func(c *Config) {
 		c.Network = fn
@@ -147,10 +39,10 @@ func newNetHarness(t *testing.T, mod func(*Config)) (*harness, *fakeNetwork) {
 
 // assertNetClean checks that no network and no name service file is left
 // once background teardowns ended (Close waits for them).
-func assertNetClean(t *testing.T, h *harness, fn *fakeNetwork) {
+func assertNetClean(t *testing.T, h *harness, fn *fakenet.Network) {
 	t.Helper()
 	h.m.Close()
-	if ids := fn.ids(); len(ids) != 0 {
+	if ids := fn.IDs(); len(ids) != 0 {
 		t.Errorf("networks left: %v", ids)
 	}
 	if files, _ := os.ReadDir(h.cfg.NetworkDir); len(files) != 0 {
@@ -188,7 +80,7 @@ func TestNetworkCreateDelete(t *testing.T) {
 			if diff := cmp.Diff(tt.want, sb.Network, comparePrefixes); diff != "" {
 				t.Errorf("sandbox policy (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.want, fn.policy(sb.ID), comparePrefixes); diff != "" {
+			if diff := cmp.Diff(tt.want, fn.Policy(sb.ID), comparePrefixes); diff != "" {
 				t.Errorf("network layer policy (-want +got):\n%s", diff)
 			}
 			recs, _ := h.store.Sandboxes(ctx)
@@ -275,20 +167,20 @@ func TestNetworkRollsBack(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
 		name string
-		mod  func(h *harness, fn *fakeNetwork)
+		mod  func(h *harness, fn *fakenet.Network)
 	}{
-		{"network fails", func(h *harness, fn *fakeNetwork) { fn.failSetup = boom }},
+		{"network fails", func(h *harness, fn *fakenet.Network) { fn.FailSetup(boom) }},
 		// Storage and network are set up at once: the network made while
 		// the root failed is released.
-		{"storage fails", func(h *harness, fn *fakeNetwork) {
+		{"storage fails", func(h *harness, fn *fakenet.Network) {
 			h.storage.SetFailCreateRoot(func(string) error { return boom })
 		}},
-		{"both fail", func(h *harness, fn *fakeNetwork) {
-			fn.failSetup = errNetBoom
+		{"both fail", func(h *harness, fn *fakenet.Network) {
+			fn.FailSetup(errNetBoom)
 			h.storage.SetFailCreateRoot(func(string) error { return boom })
 		}},
-		{"driver fails", func(h *harness, fn *fakeNetwork) { h.setFailDriver(func(string) error { return boom }) }},
-		{"store fails to record running", func(h *harness, fn *fakeNetwork) {
+		{"driver fails", func(h *harness, fn *fakenet.Network) { h.setFailDriver(func(string) error { return boom }) }},
+		{"store fails to record running", func(h *harness, fn *fakenet.Network) {
 			h.store.failPut = func(sb Sandbox) error {
 				if sb.State == StateRunning {
 					return boom
@@ -309,7 +201,7 @@ func TestNetworkRollsBack(t *testing.T) {
 				t.Errorf("create error %v: the network's error is lost", err)
 			}
 			// Rollback is synchronous: nothing is left even before Close.
-			if ids := fn.ids(); len(ids) != 0 {
+			if ids := fn.IDs(); len(ids) != 0 {
 				t.Errorf("networks left: %v", ids)
 			}
 			h.store.failPut = nil
@@ -327,7 +219,7 @@ func TestNetworkTeardownInBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn.tearBlock = make(chan struct{})
+	release := fn.BlockTeardowns()
 	deleted := make(chan error, 1)
 	go func() { deleted <- h.m.Delete(context.Background(), sb.ID) }()
 	select {
@@ -341,7 +233,7 @@ func TestNetworkTeardownInBackground(t *testing.T) {
 	if _, err := h.m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("sandbox still visible after Delete: %v", err)
 	}
-	if ids := fn.ids(); len(ids) != 1 {
+	if ids := fn.IDs(); len(ids) != 1 {
 		t.Fatalf("network torn down before the teardown could run: %v", ids)
 	}
 	closed := make(chan struct{})
@@ -354,7 +246,7 @@ func TestNetworkTeardownInBackground(t *testing.T) {
 		t.Fatal("Close returned while a teardown was pending")
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(fn.tearBlock)
+	release()
 	<-closed
 	assertNetClean(t, h, fn)
 }
@@ -381,7 +273,7 @@ func TestUpdateNetwork(t *testing.T) {
 	if diff := cmp.Diff(want, got.Network, comparePrefixes); diff != "" {
 		t.Errorf("returned policy (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, fn.policy(listed.ID), comparePrefixes); diff != "" {
+	if diff := cmp.Diff(want, fn.Policy(listed.ID), comparePrefixes); diff != "" {
 		t.Errorf("live policy (-want +got):\n%s", diff)
 	}
 	recs, _ := h.store.Sandboxes(ctx)
@@ -412,7 +304,7 @@ func TestUpdateNetwork(t *testing.T) {
 		})
 	}
 	// A failed update changes nothing.
-	if diff := cmp.Diff(want, fn.policy(listed.ID), comparePrefixes); diff != "" {
+	if diff := cmp.Diff(want, fn.Policy(listed.ID), comparePrefixes); diff != "" {
 		t.Errorf("live policy after failed updates (-want +got):\n%s", diff)
 	}
 	// A header rule sent back without its value (the API never returns
@@ -437,7 +329,7 @@ func TestUpdateNetwork(t *testing.T) {
 		t.Error("update with a failing store succeeded")
 	}
 	h.store.failPut = nil
-	if p := fn.policy(listed.ID); hasRules(p) {
+	if p := fn.Policy(listed.ID); hasRules(p) {
 		t.Errorf("live policy not restored after the store failed: %+v", p)
 	}
 	if sb, _ := h.m.Get(listed.ID); hasRules(sb.Network) {
@@ -460,18 +352,16 @@ func TestNetworkReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.m.Close()
-	fn.mu.Lock()
-	delete(fn.nets, lost.ID)
-	fn.nets["orphan"] = egress.Policy{Mode: egress.ModeOpen}
-	fn.mu.Unlock()
+	fn.Lose(lost.ID)
+	fn.Plant("orphan", egress.Policy{Mode: egress.ModeOpen})
 	if err := os.MkdirAll(filepath.Join(h.cfg.NetworkDir, "orphan"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	h.start(t)
-	if diff := cmp.Diff([]string{kept.ID}, fn.ids()); diff != "" {
+	if diff := cmp.Diff([]string{kept.ID}, fn.IDs()); diff != "" {
 		t.Errorf("networks after reconcile (-want +got):\n%s", diff)
 	}
-	if p := fn.policy(kept.ID); len(p.Domains) != 1 || p.Domains[0].Name != "a.test" {
+	if p := fn.Policy(kept.ID); len(p.Domains) != 1 || p.Domains[0].Name != "a.test" {
 		t.Errorf("adopted policy %+v", p)
 	}
 	if got, _ := h.m.Get(lost.ID); got.State != StateError {

@@ -1,8 +1,8 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
+	"github.com/corralrun/corral/internal/admission"
 	"slices"
 	"strings"
 	"testing"
@@ -14,33 +14,6 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/wire"
 )
-
-func (s *memStore) PutPool(_ context.Context, p Pool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pools == nil {
-		s.pools = map[string]Pool{}
-	}
-	s.pools[p.Name] = p
-	return nil
-}
-
-func (s *memStore) DeletePool(_ context.Context, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.pools, name)
-	return nil
-}
-
-func (s *memStore) Pools(context.Context) ([]Pool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Pool
-	for _, p := range s.pools {
-		out = append(out, p)
-	}
-	return out, nil
-}
 
 // waitPool waits until pool name satisfies ok and returns its status.
 func waitPool(t *testing.T, m *Manager, name string, ok func(PoolStatus) bool) PoolStatus {
@@ -390,7 +363,7 @@ func TestPoolNetworkClaim(t *testing.T) {
 	if !slices.Contains(members, sb.ID) {
 		t.Fatalf("create with rules did not claim: %s not in %v", sb.ID, members)
 	}
-	if p := fn.policy(sb.ID); len(p.Domains) != 1 || p.Domains[0].Name != "example.com" {
+	if p := fn.Policy(sb.ID); len(p.Domains) != 1 || p.Domains[0].Name != "example.com" {
 		t.Fatalf("host policy after claim: %+v", p)
 	}
 	if _, err := h.m.Create(ctx, Spec{Pool: "net", Network: egress.Policy{Mode: egress.ModeNone}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -445,7 +418,7 @@ func TestPoolClaimSkipsDeadMember(t *testing.T) {
 func TestPoolAdmission(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.MaxTimeout = time.Hour
-		c.Admission = Admission{MaxSandboxes: 3, MaxPerPrincipal: 1}
+		c.Admission = admission.Config{MaxSandboxes: 3, MaxPerPrincipal: 1}
 	})
 	ctx := t.Context()
 	if _, err := h.m.SetPool(ctx, Pool{Name: "p", Template: "tiny", Size: 2}); err != nil {
@@ -453,7 +426,7 @@ func TestPoolAdmission(t *testing.T) {
 	}
 	waitPool(t, h.m, "p", readyN(2)) // two members, no caller charged
 
-	a := WithPrincipal(ctx, "a")
+	a := admission.WithPrincipal(ctx, "a")
 	sb, err := h.m.Create(a, Spec{Template: "tiny"})
 	if err != nil {
 		t.Fatalf("first claim of a: %v", err)
@@ -467,19 +440,19 @@ func TestPoolAdmission(t *testing.T) {
 	}
 	// The refill and b's claim share the host's 3: the claimed sandbox,
 	// the remaining member, and one refilled member or b's.
-	b := WithPrincipal(ctx, "b")
+	b := admission.WithPrincipal(ctx, "b")
 	if _, err := h.m.Create(b, Spec{Template: "tiny"}); err != nil {
 		t.Fatalf("claim of b: %v", err)
 	}
 	if got := len(h.m.List(Filter{Pooled: true})); got > 3 {
 		t.Fatalf("%d sandboxes exist with a limit of 3", got)
 	}
-	c := WithPrincipal(ctx, "c")
+	c := admission.WithPrincipal(ctx, "c")
 	waitPool(t, h.m, "p", func(st PoolStatus) bool { return st.Ready == 1 })
 	if _, err := h.m.Create(c, Spec{Template: "tiny"}); err != nil {
 		t.Fatalf("claim of c from the last member: %v", err)
 	}
-	if _, err := h.m.Create(WithPrincipal(ctx, "d"), Spec{Template: "tiny", Pids: 7}); !errors.Is(err, errdefs.ErrBusy) {
+	if _, err := h.m.Create(admission.WithPrincipal(ctx, "d"), Spec{Template: "tiny", Pids: 7}); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("cold create over host capacity: %v, want busy", err)
 	}
 	if hits, misses := h.m.Metrics().PoolHits.Value(), h.m.Metrics().PoolMisses.Value(); hits != 3 || misses != 1 {

@@ -7,7 +7,7 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/network"
 )
@@ -28,7 +28,7 @@ var _ PortDialer = (*network.Manager)(nil)
 // kernel's network stack (Isolation "container": runc) are dialed from a
 // thread in the sandbox's network namespace, which costs no agent round
 // trip. Others (gVisor's netstack has its own loopback; VMs) go through the
-// agent, which connects inside and carries the bytes (agent.Connect).
+// agent, which connects inside and carries the bytes (agentclient.Connect).
 // Nothing listening is errdefs.ErrUnavailable. ctx bounds the dial only.
 func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
@@ -37,7 +37,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	m.mu.RLock()
 	e, ok := m.sandboxes[id]
 	var sb Sandbox
-	var client *agent.Client
+	var client *agentclient.Client
 	if ok {
 		sb, client = e.sb, e.agent
 	}

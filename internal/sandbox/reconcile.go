@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/corralrun/corral/internal/driver"
 )
@@ -13,6 +12,8 @@ import (
 //     resources are released and the record dropped;
 //   - sandboxes recorded as running or paused whose instance still runs are
 //     reattached; those whose instance is gone are released and dropped;
+//   - sandboxes recorded as stopping, stopped or starting are kept stopped,
+//     with nothing of them running (finishStop);
 //   - instances and roots that no record names are released;
 //   - templates in storage that the store lacks are recorded, and records
 //     whose tree is gone are dropped;
@@ -32,6 +33,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		drv, ok := m.drivers[sb.Runtime]
 		var mv move
 		switch {
+		case !ok && resting(sb.State): // Start names the missing runtime
+			mv = m.finishStop(ctx, sb)
 		case !ok:
 			m.log.Warn("sandbox has an unavailable runtime; keeping it as error", "sandbox_id", sb.ID, "runtime", sb.Runtime)
 			mv = move{to: StateError, cause: fmt.Errorf("runtime %q is not available on this daemon", sb.Runtime)}
@@ -45,13 +48,17 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			act, to := recoverAction(sb.State, st)
 			if act == recoverRelease {
 				m.log.Info("releasing interrupted or stopped sandbox", "sandbox_id", sb.ID, "state", sb.State.String())
-				if err := m.release(ctx, sb.Runtime, sb.ID); err != nil {
+				if err := m.release(ctx, sb); err != nil {
 					return fmt.Errorf("releasing sandbox %s: %w", sb.ID, err)
 				}
 				if err := m.cfg.Store.DeleteSandbox(ctx, sb.ID); err != nil {
 					return fmt.Errorf("forgetting sandbox %s: %w", sb.ID, err)
 				}
 				continue
+			}
+			if act == recoverStop {
+				mv = m.finishStop(ctx, sb)
+				break
 			}
 			if act == recoverThaw {
 				if err := m.thaw(ctx, drv, sb.ID); err != nil {
@@ -66,11 +73,20 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if _, err := m.transition(ctx, e, mv); err != nil {
 			return err
 		}
-		if drv != nil {
+		if drv != nil && e.sb.State != StateStopped {
 			e.agent = m.newAgent(drv, sb.ID)
 		}
 		m.sandboxes[sb.ID] = e
 	}
+	if err := m.removeOrphans(ctx, known); err != nil {
+		return err
+	}
+	return m.reconcileNetworks(ctx)
+}
+
+// removeOrphans deletes the instances, mounts and roots whose sandbox ID is not
+// in known: what a crash left of a create before its record was in.
+func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) error {
 	for name, drv := range m.drivers {
 		ids, err := drv.List(ctx)
 		if err != nil {
@@ -85,6 +101,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	if m.cfg.Mounter != nil {
+		if err := m.cfg.Mounter.Sweep(ctx, func(id string) bool { return known[id] }); err != nil {
+			return fmt.Errorf("removing orphaned mounts: %w", err)
+		}
+	}
 	roots, err := m.cfg.Storage.Roots(ctx)
 	if err != nil {
 		return fmt.Errorf("listing roots: %w", err)
@@ -97,7 +118,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	return m.reconcileNetworks(ctx)
+	return nil
 }
 
 // recovery is what reconcile does with a recorded sandbox.
@@ -111,6 +132,9 @@ const (
 	// recoverThaw thaws the instance, then keeps the sandbox running, or
 	// paused when the thaw fails.
 	recoverThaw
+	// recoverStop takes down whatever runs of the sandbox, keeping its
+	// root, and keeps it stopped (finishStop).
+	recoverStop
 )
 
 // asksDriver reports whether reconcile needs the driver's status of a
@@ -125,8 +149,12 @@ func asksDriver(rec State) bool {
 // and the state it keeps the sandbox in. A running instance is kept
 // running whatever was recorded; one frozen while recorded running was
 // frozen by a snapshot or pause the daemon did not finish, and is thawed.
+// A stop or a start that the daemon did not finish ends stopped: the stop
+// is finished, the start undone.
 func recoverAction(rec State, st driver.Status) (recovery, State) {
 	switch {
+	case rec == StateStopping || rec == StateStopped || rec == StateStarting:
+		return recoverStop, StateStopped
 	case !asksDriver(rec):
 		return recoverRelease, rec
 	case st == driver.StatusRunning:
@@ -176,18 +204,32 @@ func (m *Manager) reconcileTemplates(ctx context.Context) error {
 	return nil
 }
 
-// reapLoop fires the lifecycle timers that are due (reapExpired), until
-// Close.
-func (m *Manager) reapLoop() {
-	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.reapExpired()
-		}
+// thaw resumes the instance of sandbox id, which the store records as
+// running, after a restart.
+func (m *Manager) thaw(ctx context.Context, drv driver.Driver, id string) error {
+	p, ok := drv.(driver.Pauser)
+	if !ok {
+		return fmt.Errorf("sandbox %s is paused and runtime %s cannot resume it", id, drv.Name())
 	}
+	m.log.Info("resuming sandbox frozen by an interrupted operation", "sandbox_id", id)
+	if err := p.Resume(ctx, id); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// finishStop makes sure that nothing of sandbox sb runs, mounts or holds a
+// network (takeDown), and returns the move that records it stopped; when
+// that fails the sandbox is kept as error, which delete cleans up. Its
+// network goes in any case: reconcileNetworks keeps none of a stopped
+// sandbox.
+func (m *Manager) finishStop(ctx context.Context, sb Sandbox) move {
+	if sb.State != StateStopped {
+		m.log.Info("finishing an interrupted stop or start; the sandbox stays stopped", "sandbox_id", sb.ID, "state", sb.State.String())
+	}
+	if err := m.takeDown(ctx, sb); err != nil {
+		m.log.Error("taking down a stopped sandbox", "sandbox_id", sb.ID, "err", err)
+		return move{to: StateError, cause: err}
+	}
+	return move{to: StateStopped, edit: stoppedEntry}
 }

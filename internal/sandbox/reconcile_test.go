@@ -29,6 +29,9 @@ func TestRecoverAction(t *testing.T) {
 		{StateError, driver.StatusPaused, recoverKeep, StatePaused},
 		{StateError, driver.StatusStopped, recoverKeep, StateError},
 		{StateError, driver.StatusUnknown, recoverKeep, StateError},
+		{StateStopping, "", recoverStop, StateStopped},
+		{StateStopped, "", recoverStop, StateStopped},
+		{StateStarting, "", recoverStop, StateStopped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.rec.String()+"/"+string(tt.st), func(t *testing.T) {

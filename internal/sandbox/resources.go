@@ -3,10 +3,10 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/undo"
 )
 
 // Update is a change of a sandbox's limits and lifecycle timers
@@ -29,7 +29,8 @@ type Update struct {
 //
 // Limits change only while the sandbox runs or is paused, and only on a
 // runtime that implements driver.Updater; otherwise the error wraps
-// errdefs.ErrNotImplemented. Lowering memory below what the sandbox uses
+// errdefs.ErrNotImplemented. A stopped sandbox's new limits are recorded
+// and take effect at its next start, whose admission checks them. Lowering memory below what the sandbox uses
 // makes the kernel reclaim and, failing that, the runtime refuses the
 // change or the kernel OOM-kills processes inside; the sandbox keeps
 // running either way. Growth beyond the host capacity of admission
@@ -54,7 +55,7 @@ func (m *Manager) SetLifecycle(ctx context.Context, id string, l Lifecycle) (San
 }
 
 // update is Update; members allows warm pool members.
-func (m *Manager) update(ctx context.Context, id string, u Update, members bool) (Sandbox, error) {
+func (m *Manager) update(ctx context.Context, id string, u Update, members bool) (_ Sandbox, err error) {
 	e, sb, unlock, err := m.lockEntry(id)
 	if err != nil {
 		return Sandbox{}, err
@@ -66,85 +67,113 @@ func (m *Manager) update(ctx context.Context, id string, u Update, members bool)
 	if sb.State == StateCreating || sb.State == StateDeleting {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s", id, sb.State)
 	}
-
-	// Every check first.
-	limits := u.Limits != (Limits{})
-	next := Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids}
-	var upd driver.Updater
-	if limits {
-		if sb.State != StateRunning && sb.State != StatePaused {
-			return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running", id, sb.State)
-		}
-		if u.Limits.DiskBytes != 0 && u.Limits.DiskBytes != sb.DiskBytes {
-			return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "the disk limit of sandbox %s cannot change while it exists", id)
-		}
-		if next, err = m.boundUpdate(sb, u.Limits); err != nil {
-			return Sandbox{}, err
-		}
-		var ok bool
-		if upd, ok = m.drivers[sb.Runtime].(driver.Updater); !ok {
-			return Sandbox{}, errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot change the limits of a running sandbox", sb.Runtime)
-		}
-	}
-	timers := u.Lifecycle != (Lifecycle{})
-	life, err := m.admitLifecycle(m.drivers[sb.Runtime], mergeLifecycle(sb, u.Lifecycle))
+	// Every check first, then the changes, each with its undo.
+	p, err := m.planUpdate(sb, u)
 	if err != nil {
 		return Sandbox{}, err
 	}
-
-	// Then the changes, each with its undo.
-	var undo []func()
-	rollback := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
-	if limits {
-		release, err := m.adm.resize(id, next.MemoryBytes, next.MilliCPUs)
-		if err != nil {
+	var rollback undo.Stack
+	defer rollback.OnError(ctx, &err)
+	if p.upd != nil {
+		if err := m.applyLimits(ctx, &rollback, sb, p); err != nil {
 			return Sandbox{}, err
 		}
-		undo = append(undo, release)
-		r := driver.Resources{MilliCPUs: next.MilliCPUs, MemoryBytes: next.MemoryBytes, Pids: next.Pids}
-		if err := upd.Update(ctx, id, r); err != nil {
-			rollback()
-			return Sandbox{}, fmt.Errorf("updating limits of sandbox %s: %w", id, err)
-		}
-		old := driver.Resources{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids}
-		undo = append(undo, func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if err := upd.Update(cctx, id, old); err != nil {
-				m.log.Error("restoring limits after a failed update: the runtime's limits differ from the record",
-					"sandbox_id", id, "milli_cpus", old.MilliCPUs, "memory_bytes", old.MemoryBytes, "pids", old.Pids, "err", err)
-			}
-		})
 	}
 
 	m.mu.Lock()
 	prev := e.sb
-	e.sb.MilliCPUs, e.sb.MemoryBytes, e.sb.Pids = next.MilliCPUs, next.MemoryBytes, next.Pids
-	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = *life.IdleTimeout, life.OnDeadline, life.OnIdle
+	e.sb.MilliCPUs, e.sb.MemoryBytes, e.sb.Pids = p.limits.MilliCPUs, p.limits.MemoryBytes, p.limits.Pids
+	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = *p.life.IdleTimeout, p.life.OnDeadline, p.life.OnIdle
 	sb = e.sb.clone()
 	m.mu.Unlock()
-	undo = append(undo, func() {
+	rollback.Add(func(context.Context) error {
 		m.mu.Lock()
 		e.sb.MilliCPUs, e.sb.MemoryBytes, e.sb.Pids = prev.MilliCPUs, prev.MemoryBytes, prev.Pids
 		e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = prev.IdleTimeout, prev.OnDeadline, prev.OnIdle
 		m.mu.Unlock()
+		return nil
 	})
 	if err := m.cfg.Store.PutSandbox(ctx, sb); err != nil {
-		rollback()
 		return Sandbox{}, fmt.Errorf("recording the update of sandbox %s: %w", id, err)
 	}
-	if timers {
+	if u.Lifecycle != (Lifecycle{}) {
 		e.act.touch(m.cfg.Now())
 	}
-	if limits {
+	if p.upd != nil {
 		m.log.Info("sandbox limits changed", "sandbox_id", id, "milli_cpus", sb.MilliCPUs,
 			"memory_bytes", sb.MemoryBytes, "pids", sb.Pids)
 	}
 	return sb, nil
+}
+
+// updatePlan is an Update checked against a sandbox: the limits and
+// timers the sandbox ends with, and the driver that changes the limits
+// (nil when the Update leaves them).
+type updatePlan struct {
+	limits Limits
+	life   Lifecycle
+	upd    driver.Updater
+}
+
+// planUpdate checks u against sandbox sb, changing nothing.
+func (m *Manager) planUpdate(sb Sandbox, u Update) (updatePlan, error) {
+	p := updatePlan{limits: Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids}}
+	if u.Limits != (Limits{}) {
+		if sb.State != StateRunning && sb.State != StatePaused && sb.State != StateStopped {
+			return p, notRunning(sb.ID, sb.State)
+		}
+		if u.Limits.DiskBytes != 0 && u.Limits.DiskBytes != sb.DiskBytes {
+			return p, errdefs.Errorf(errdefs.ErrInvalidArgument, "the disk limit of sandbox %s cannot change while it exists", sb.ID)
+		}
+		var err error
+		if p.limits, err = m.boundUpdate(sb, u.Limits); err != nil {
+			return p, err
+		}
+		var ok bool
+		if sb.State == StateStopped { // recorded for the next start
+			return m.planLifecycle(sb, u, p)
+		}
+		if p.upd, ok = m.drivers[sb.Runtime].(driver.Updater); !ok {
+			return p, errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot change the limits of a running sandbox", sb.Runtime)
+		}
+	}
+	return m.planLifecycle(sb, u, p)
+}
+
+// planLifecycle checks u's timers against sb and adds them to p.
+func (m *Manager) planLifecycle(sb Sandbox, u Update, p updatePlan) (updatePlan, error) {
+	life, err := m.admitLifecycle(m.drivers[sb.Runtime], mergeLifecycle(sb, u.Lifecycle))
+	if err != nil {
+		return p, err
+	}
+	p.life = life
+	return p, nil
+}
+
+// applyLimits changes sandbox sb's admission claim and runtime limits to
+// p's, registering on u how to restore each. A runtime that cannot take
+// the old limits back is logged: the record keeps them, so the two then
+// differ.
+func (m *Manager) applyLimits(ctx context.Context, u *undo.Stack, sb Sandbox, p updatePlan) error {
+	id, next := sb.ID, p.limits
+	restore, err := m.adm.Resize(id, next.MemoryBytes, next.MilliCPUs)
+	if err != nil {
+		return err
+	}
+	u.Add(func(context.Context) error { restore(); return nil })
+	r := driver.Resources{MilliCPUs: next.MilliCPUs, MemoryBytes: next.MemoryBytes, Pids: next.Pids}
+	if err := p.upd.Update(ctx, id, r); err != nil {
+		return fmt.Errorf("updating limits of sandbox %s: %w", id, err)
+	}
+	old := driver.Resources{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids}
+	u.Add(func(ctx context.Context) error {
+		if err := p.upd.Update(ctx, id, old); err != nil {
+			m.log.Error("restoring limits after a failed update: the runtime's limits differ from the record",
+				"sandbox_id", id, "milli_cpus", old.MilliCPUs, "memory_bytes", old.MemoryBytes, "pids", old.Pids, "err", err)
+		}
+		return nil
+	})
+	return nil
 }
 
 // mergeLifecycle returns sb's timers with the set fields of l.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"github.com/corralrun/corral/internal/admission"
 	"math"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func TestUpdateResources(t *testing.T) {
 // runtime's limits and its admission claim as they were.
 func TestUpdateAllOrNothing(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.Admission = Admission{MemoryCommitRatio: 1, HostMemoryBytes: 4 << 30}
+		c.Admission = admission.Config{MemoryCommitRatio: 1, HostMemoryBytes: 4 << 30}
 	})
 	ctx := t.Context()
 	sb, err := h.m.Create(ctx, Spec{Template: "tiny", MemoryBytes: 512 << 20, MilliCPUs: 1000, Pids: 100})
@@ -123,7 +124,7 @@ func TestUpdateAllOrNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			limits, _ := h.drv.Resources(sb.ID)
-			_, mem, _, _ := h.m.adm.usage()
+			_, mem, _, _ := h.m.adm.Usage()
 			if tt.fail != nil {
 				tt.fail()
 			}
@@ -145,7 +146,7 @@ func TestUpdateAllOrNothing(t *testing.T) {
 			if got, _ := h.drv.Resources(sb.ID); got != limits {
 				t.Errorf("runtime's limits after a failed update: %+v, want %+v", got, limits)
 			}
-			if _, got, _, _ := h.m.adm.usage(); got != mem {
+			if _, got, _, _ := h.m.adm.Usage(); got != mem {
 				t.Errorf("committed memory after a failed update: %d MiB, want %d MiB", got>>20, mem>>20)
 			}
 		})

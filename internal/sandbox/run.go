@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -19,7 +19,8 @@ import (
 // (driver.Spec.Started), req goes to the agent then, while the runtime is
 // still starting, and the agent serves it the moment it is ready, instead
 // of after the create has been recorded and answered and the exec asked
-// for. A warm pool member, a sandbox from a snapshot and a driver that does
+// for. A warm pool member, a sandbox from a snapshot, a template with a
+// service (req waits until the service is ready) and a driver that does
 // not tell run req once the create is done.
 func (m *Manager) Run(ctx context.Context, spec Spec, req wire.ExecRequest, created func(Sandbox) error, fn func(wire.ExecEvent) error) (Sandbox, error) {
 	if err := m.checkExec(&req); err != nil {
@@ -65,7 +66,7 @@ func newEarlyExec(ctx context.Context, m *Manager, req wire.ExecRequest, fn func
 
 // start sends the request to the agent of e through c; it is create's
 // startedFunc.
-func (r *earlyExec) start(e *entry, c *agent.Client) {
+func (r *earlyExec) start(e *entry, c *agentclient.Client) {
 	r.m.mu.RLock()
 	t := execTarget{e: e, id: e.sb.ID, runtime: e.sb.Runtime, client: c, early: true}
 	r.m.execDefaults(e, &r.req)

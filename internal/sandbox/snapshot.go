@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/corralrun/corral/internal/events"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/snapshot"
+	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/storage"
 )
 
@@ -27,9 +26,6 @@ const (
 	// from it continue the processes that ran at snapshot time.
 	SnapshotMemory = "memory"
 )
-
-// MaxForks bounds the copies one Fork makes.
-const MaxForks = 16
 
 // Snapshot is the record of one snapshot. It outlives its source sandbox
 // and carries what a sandbox made from it needs.
@@ -49,11 +45,21 @@ type Snapshot struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	// SizeBytes is the size of the snapshot's files on disk.
 	SizeBytes int64 `json:"size_bytes"`
+	// Mounts are the volume mounts of the source, which sandboxes made
+	// from the snapshot get: the source's own volumes (SnapshotSpec
+	// Volumes share), or with VolumesCopied the snapshot's copies of
+	// them, of which each such sandbox gets a copy in turn.
+	Mounts        []Mount `json:"mounts,omitempty"`
+	VolumesCopied bool    `json:"volumes_copied,omitempty"`
 }
 
 func (s Snapshot) clone() Snapshot {
 	s.Env = cloneMap(s.Env)
 	s.Metadata = cloneMap(s.Metadata)
+	s.Mounts = append([]Mount(nil), s.Mounts...)
+	if len(s.Mounts) == 0 {
+		s.Mounts = nil
+	}
 	return s
 }
 
@@ -62,6 +68,11 @@ type SnapshotSpec struct {
 	// Name names the snapshot; the rules of template names apply.
 	Name     string
 	Metadata map[string]string
+	// Volumes is VolumesShare or VolumesCopy, as for a fork: what the
+	// snapshot keeps of the source's volumes. VolumesCopy takes a copy
+	// of each, <volume>-<snapshot name>, while the source is frozen;
+	// the snapshot's delete removes them.
+	Volumes string
 }
 
 // SnapshotStore persists snapshot records. A Store that implements it
@@ -80,13 +91,6 @@ type snapshots struct {
 	byName  map[string]Snapshot
 	pending map[string]bool
 	readers map[string]int
-}
-
-// restoreSource is what a sandbox is made from besides its template: a
-// snapshot directory (published or the temporary one of a fork).
-type restoreSource struct {
-	dir    string
-	memory bool
 }
 
 // SnapshotKind says what kind of snapshot a sandbox of runtime rt gives:
@@ -113,124 +117,6 @@ func (m *Manager) snapshotStore() SnapshotStore {
 
 func (m *Manager) snapshotDir(name string) string { return filepath.Join(m.cfg.SnapshotDir, name) }
 
-// Pause freezes every process of a running sandbox (the freezer cgroup
-// for runc, gVisor's own pause). Its memory stays in use; exec and file
-// calls fail with ErrFailedPrecondition until Resume. The deadline keeps
-// running. Drivers without the ability return ErrNotImplemented.
-func (m *Manager) Pause(ctx context.Context, id string) (Sandbox, error) {
-	e, sb, unlock, err := m.lockEntry(id)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	defer unlock()
-	if err := checkMove(id, sb.State, StatePaused); err != nil { // before the driver freezes it
-		return Sandbox{}, err
-	}
-	p, err := m.driverPauser(sb)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	if err := p.Pause(ctx, id); err != nil {
-		return Sandbox{}, fmt.Errorf("pausing sandbox %s: %w", id, err)
-	}
-	sb, err = m.transition(ctx, e, move{to: StatePaused, event: events.Paused})
-	if err != nil {
-		rerr := p.Resume(context.WithoutCancel(ctx), id)
-		if _, uerr := m.transition(ctx, e, move{to: StateRunning, undo: true}); uerr != nil {
-			rerr = errors.Join(rerr, uerr)
-		}
-		return Sandbox{}, errors.Join(err, rerr)
-	}
-	m.log.Info("sandbox paused", "sandbox_id", id)
-	return sb, nil
-}
-
-// Resume thaws a paused sandbox and sets its deadline to now plus the
-// server's default timeout, so that a sandbox paused at its deadline does
-// not expire at once; ResumeFor takes the timeout explicitly.
-func (m *Manager) Resume(ctx context.Context, id string) (Sandbox, error) {
-	return m.ResumeFor(ctx, id, m.cfg.DefaultTimeout)
-}
-
-// ResumeFor thaws a paused sandbox and sets its deadline to now+timeout
-// (0: no deadline, when the server allows it), as SetTimeout does.
-func (m *Manager) ResumeFor(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
-	deadline, err := m.deadline(m.cfg.Now(), timeout)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	e, sb, unlock, err := m.lockEntry(id)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	defer unlock()
-	if sb.State != StatePaused {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not paused", id, sb.State)
-	}
-	p, err := m.driverPauser(sb)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	if err := p.Resume(ctx, id); err != nil {
-		return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
-	}
-	e.savedPaused = false
-	sb, err = m.transition(ctx, e, move{to: StateRunning, event: events.Resumed, edit: func(e *entry) { e.sb.Deadline = deadline }})
-	if err != nil {
-		return Sandbox{}, err
-	}
-	m.log.Info("sandbox resumed", "sandbox_id", id)
-	return sb, nil
-}
-
-// lockEntry looks sandbox id up, locks its op and returns its entry, a
-// copy of its record and the unlock function. A sandbox deleted while the
-// caller waited for op answers errdefs.ErrNotFound, as an unknown one does.
-func (m *Manager) lockEntry(id string) (*entry, Sandbox, func(), error) {
-	e, err := m.entry(id)
-	if err != nil {
-		return nil, Sandbox{}, nil, err
-	}
-	sb, unlock, err := m.lock(e, id)
-	if err != nil {
-		return nil, Sandbox{}, nil, err
-	}
-	return e, sb, unlock, nil
-}
-
-// lock is lockEntry for a caller that already holds sandbox id's entry.
-func (m *Manager) lock(e *entry, id string) (Sandbox, func(), error) {
-	if m.beforeLock != nil {
-		m.beforeLock(id)
-	}
-	e.op.Lock()
-	sb, err := m.current(e, id)
-	if err != nil {
-		e.op.Unlock()
-		return Sandbox{}, nil, err
-	}
-	return sb, e.op.Unlock, nil
-}
-
-// current returns e's record, or ErrNotFound when the sandbox was deleted
-// while the caller waited for e.op.
-func (m *Manager) current(e *entry, id string) (Sandbox, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.sandboxes[id] != e {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
-	}
-	return e.sb.clone(), nil
-}
-
-func (m *Manager) driverPauser(sb Sandbox) (driver.Pauser, error) {
-	p, ok := m.drivers[sb.Runtime].(driver.Pauser)
-	if !ok {
-		return nil, errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot pause sandboxes", sb.Runtime)
-	}
-	return p, nil
-}
-
 // Snapshot saves a running or paused sandbox under spec.Name: its files,
 // and on runtimes that checkpoint memory (SnapshotKind) its memory and
 // processes too. The sandbox is frozen while its files are read (and
@@ -244,12 +130,21 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 	if err := ValidateTemplateName(spec.Name); err != nil {
 		return Snapshot{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid snapshot name %q: use lower-case letters, digits, '.', '_' and '-'", spec.Name)
 	}
+	return m.snapshot(ctx, id, spec)
+}
+
+// snapshot is Snapshot under a name already checked, which may be a ready
+// snapshot's (ready.go).
+func (m *Manager) snapshot(ctx context.Context, id string, spec SnapshotSpec) (_ Snapshot, err error) {
 	e, err := m.entry(id)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	sb, err := m.current(e, id)
 	if err != nil {
+		return Snapshot{}, err
+	}
+	if err := checkVolumeChoice(sb, spec.Volumes, "snapshot"); err != nil {
 		return Snapshot{}, err
 	}
 	kind := m.SnapshotKind(sb.Runtime)
@@ -262,7 +157,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 	defer m.releaseSnapshot(spec.Name)
 
 	start := time.Now()
-	tmp, err := snapshot.TempDir(m.cfg.SnapshotDir, spec.Name)
+	tmp, err := snapshotdir.TempDir(m.cfg.SnapshotDir, spec.Name)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -274,8 +169,9 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 			}
 		}
 	}()
-	sb, err = m.capture(ctx, e, id, tmp, kind == SnapshotMemory)
-	if err != nil {
+	vols := m.snapshotVolumes(sb, spec)
+	defer vols.dropOnError(ctx, &err)
+	if sb, err = m.capture(ctx, e, id, tmp, kind == SnapshotMemory, vols.frozen); err != nil {
 		return Snapshot{}, err
 	}
 	captured := time.Now()
@@ -283,8 +179,9 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 		Name: spec.Name, Kind: kind, SandboxID: id, Template: sb.Template, Runtime: sb.Runtime,
 		MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids, DiskBytes: sb.DiskBytes,
 		Env: cloneMap(sb.Env), Metadata: cloneMap(spec.Metadata), CreatedAt: m.cfg.Now().UTC(),
+		Mounts: vols.mounts, VolumesCopied: vols.copied,
 	}
-	manifest, err := snapshot.Seal(tmp, snap)
+	manifest, err := snapshotdir.Seal(tmp, snap)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -292,12 +189,12 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 		snap.SizeBytes += f.Size
 	}
 	final := m.snapshotDir(spec.Name)
-	if err := snapshot.Publish(tmp, final); err != nil {
+	if err := snapshotdir.Publish(tmp, final); err != nil {
 		return Snapshot{}, err
 	}
 	published = true
 	if err := m.snapshotStore().PutSnapshot(ctx, snap); err != nil {
-		if rerr := snapshot.Remove(final); rerr != nil {
+		if rerr := snapshotdir.Remove(final); rerr != nil {
 			m.log.Error("removing unrecorded snapshot", "snapshot", spec.Name, "err", rerr)
 		}
 		return Snapshot{}, fmt.Errorf("recording snapshot %s: %w", spec.Name, err)
@@ -311,13 +208,17 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 }
 
 // capture writes the files (and with memory, the checkpoint image) of
-// sandbox id into dir while the sandbox is frozen, and returns its record.
-func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory bool) (_ Sandbox, err error) {
+// sandbox id into dir while the sandbox is frozen, then calls frozen (when
+// set) before it thaws, and returns its record.
+func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory bool, frozen func(context.Context) error) (_ Sandbox, err error) {
 	sb, unlock, err := m.lock(e, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	defer unlock()
+	if sb.State == StateStopped {
+		return Sandbox{}, notRunning(id, sb.State)
+	}
 	if sb.State != StateRunning && sb.State != StatePaused {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s and cannot be snapshotted", id, sb.State)
 	}
@@ -338,16 +239,15 @@ func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory 
 		}()
 	}
 	if memory && sb.State == StatePaused {
-		// A second `runsc checkpoint` of a sandbox paused throughout
-		// fails inside runsc (nil dereference while encoding, runsc
-		// release-20260527.0); after a resume it works again.
+		// gVisor cannot checkpoint a sandbox a second time while it
+		// stays paused; after a resume it can again.
 		if e.savedPaused {
 			return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s was snapshotted or forked since it was paused; the runtime can save its memory once per pause: resume it first", id)
 		}
 		e.savedPaused = true
 	}
 	if memory {
-		img := filepath.Join(dir, snapshot.MemoryDir)
+		img := filepath.Join(dir, snapshotdir.MemoryDir)
 		if err := os.Mkdir(img, 0o700); err != nil {
 			return Sandbox{}, fmt.Errorf("snapshotting sandbox %s: %w", id, err)
 		}
@@ -355,16 +255,21 @@ func (m *Manager) capture(ctx context.Context, e *entry, id, dir string, memory 
 			return Sandbox{}, err
 		}
 	}
-	f, err := os.OpenFile(filepath.Join(dir, snapshot.ChangesName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, snapshotdir.ChangesName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("snapshotting sandbox %s: %w", id, err)
 	}
-	err = snapshot.WriteChanges(ctx, f, m.cfg.Storage.(storage.Changes).ChangesPath(id))
+	err = snapshotdir.WriteChanges(ctx, f, m.cfg.Storage.(storage.Changes).ChangesPath(id))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("saving files of sandbox %s: %w", id, err)
+	}
+	if frozen != nil {
+		if err := frozen(ctx); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	return sb, nil
 }
@@ -385,12 +290,15 @@ func (m *Manager) releaseSnapshot(name string) {
 	m.snaps.mu.Unlock()
 }
 
-// Snapshots lists the published snapshots by name.
+// Snapshots lists the published snapshots by name, without the ready
+// snapshots of templates, which belong to their template.
 func (m *Manager) Snapshots() []Snapshot {
 	m.snaps.mu.Lock()
 	out := make([]Snapshot, 0, len(m.snaps.byName))
 	for _, s := range m.snaps.byName {
-		out = append(out, s.clone())
+		if !isReadySnapshot(s.Name) {
+			out = append(out, s.clone())
+		}
 	}
 	m.snaps.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -402,17 +310,26 @@ func (m *Manager) GetSnapshot(name string) (Snapshot, error) {
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
 	s, ok := m.snaps.byName[name]
-	if !ok {
+	if !ok || isReadySnapshot(name) {
 		return Snapshot{}, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
 	}
 	return s.clone(), nil
 }
 
 // DeleteSnapshot forgets a snapshot and removes its files. Sandboxes made
-// from it are not affected.
+// from it are not affected. A template's ready snapshot is not found here:
+// DropReady removes it.
 func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
+	if isReadySnapshot(name) {
+		return errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
+	}
+	return m.deleteSnapshot(ctx, name)
+}
+
+func (m *Manager) deleteSnapshot(ctx context.Context, name string) error {
 	m.snaps.mu.Lock()
-	if _, ok := m.snaps.byName[name]; !ok {
+	s, ok := m.snaps.byName[name]
+	if !ok {
 		m.snaps.mu.Unlock()
 		return errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
 	}
@@ -429,196 +346,23 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
 	if err := m.snapshotStore().DeleteSnapshot(ctx, name); err != nil {
 		return fmt.Errorf("forgetting snapshot %s: %w", name, err)
 	}
-	return snapshot.Remove(m.snapshotDir(name))
-}
-
-// useSnapshot verifies snapshot name's checksums and returns its record
-// and directory. The snapshot cannot be deleted until release; any number
-// of restores may use it at once.
-func (m *Manager) useSnapshot(name string) (Snapshot, string, func(), error) {
-	m.snaps.mu.Lock()
-	s, ok := m.snaps.byName[name]
-	if ok {
-		m.snaps.readers[name]++
-	}
-	m.snaps.mu.Unlock()
-	if !ok {
-		return Snapshot{}, "", nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
-	}
-	release := func() {
-		m.snaps.mu.Lock()
-		if m.snaps.readers[name]--; m.snaps.readers[name] == 0 {
-			delete(m.snaps.readers, name)
-		}
-		m.snaps.mu.Unlock()
-	}
-	dir := m.snapshotDir(name)
-	if _, err := snapshot.Verify(dir); err != nil {
-		release()
-		return Snapshot{}, "", nil, err
-	}
-	return s.clone(), dir, release, nil
-}
-
-// createFromSnapshot is Create for a spec with FromSnapshot: the
-// template, the runtime and zero limits come from the snapshot, the
-// snapshot's environment is the base of spec.Env, and the sandbox starts
-// with the snapshot's files (and, for a memory snapshot, its processes).
-func (m *Manager) createFromSnapshot(ctx context.Context, spec Spec) (Sandbox, error) {
-	s, dir, release, err := m.useSnapshot(spec.FromSnapshot)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	defer release()
-	if spec.Template != "" && spec.Template != s.Template {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot %q is of template %q, not %q", s.Name, s.Template, spec.Template)
-	}
-	spec.Template = s.Template
-	if spec.Runtime == "" {
-		spec.Runtime = s.Runtime
-	}
-	if s.Kind == SnapshotMemory && spec.Runtime != s.Runtime {
-		return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot %q holds the memory of a %s sandbox and restores only on %s", s.Name, s.Runtime, s.Runtime)
-	}
-	fillSpec(&spec, s)
-	return m.createSpec(ctx, spec, &restoreSource{dir: dir, memory: s.Kind == SnapshotMemory}, nil)
-}
-
-// fillSpec fills spec's zero limits and environment from snapshot s.
-func fillSpec(spec *Spec, s Snapshot) {
-	for _, f := range []struct {
-		dst *int64
-		src int64
-	}{
-		{&spec.MilliCPUs, s.MilliCPUs}, {&spec.MemoryBytes, s.MemoryBytes}, {&spec.Pids, s.Pids}, {&spec.DiskBytes, s.DiskBytes},
-	} {
-		if *f.dst == 0 {
-			*f.dst = f.src
-		}
-	}
-	env := cloneMap(s.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	for k, v := range spec.Env {
-		env[k] = v
-	}
-	spec.Env = env
-}
-
-// applyFiles replays the source's saved files on root.
-func (src *restoreSource) applyFiles(ctx context.Context, root string) error {
-	f, err := os.Open(filepath.Join(src.dir, snapshot.ChangesName))
-	if err != nil {
+	if err := snapshotdir.Remove(m.snapshotDir(name)); err != nil {
 		return err
 	}
-	defer f.Close()
-	return snapshot.Apply(ctx, f, root)
+	if s.VolumesCopied {
+		return m.dropVolumes(ctx, mountedVolumes(s.Mounts))
+	}
+	return nil
 }
 
-// startInstance starts the driver instance of a new sandbox: a restore of
-// src's memory image when it has one, a fresh start otherwise.
-func (m *Manager) startInstance(ctx context.Context, drv driver.Driver, spec driver.Spec, src *restoreSource) error {
-	if src == nil || !src.memory {
-		return drv.Create(ctx, spec)
-	}
-	c, ok := drv.(driver.Checkpointer)
-	if !ok {
-		return errdefs.Errorf(errdefs.ErrNotImplemented, "runtime %s cannot restore memory", drv.Name())
-	}
-	return c.Restore(ctx, spec.ID, spec, filepath.Join(src.dir, snapshot.MemoryDir))
-}
-
-// Fork makes n copies of a running or paused sandbox. On runtimes that
-// checkpoint memory each copy continues the source's processes from the
-// moment of the fork; elsewhere each copy starts fresh processes on a copy
-// of the source's files (SnapshotKind says which). The source is frozen
-// only while its state is saved. The copies get the source's template,
-// limits, environment, metadata and network policy, and the default
-// timeout. Either all n copies are made or none is left.
-func (m *Manager) Fork(ctx context.Context, id string, n int) ([]Sandbox, error) {
-	if err := RangeForkCount.Check(int64(n)); err != nil {
-		return nil, err
-	}
-	e, err := m.entry(id)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := m.current(e, id)
-	if err != nil {
-		return nil, err
-	}
-	kind := m.SnapshotKind(sb.Runtime)
-	if kind == "" {
-		return nil, errdefs.Errorf(errdefs.ErrNotImplemented, "forks are not available for runtime %s with %s storage", sb.Runtime, m.cfg.Storage.Name())
-	}
-	tmp, err := snapshot.TempDir(m.cfg.SnapshotDir, "fork-"+id)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err := os.RemoveAll(tmp); err != nil {
-			m.log.Error("removing fork image", "sandbox_id", id, "err", err)
-		}
-	}()
-	start := time.Now()
-	if sb, err = m.capture(ctx, e, id, tmp, kind == SnapshotMemory); err != nil {
-		return nil, err
-	}
-	captured := time.Now()
-	spec := Spec{
-		Template: sb.Template, Runtime: sb.Runtime, MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes,
-		Pids: sb.Pids, DiskBytes: sb.DiskBytes, Env: sb.Env, Metadata: sb.Metadata, Network: sb.Network,
-	}
-	src := &restoreSource{dir: tmp, memory: kind == SnapshotMemory}
-	out := make([]Sandbox, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { out[i], errs[i] = m.createSpec(ctx, spec, src, nil) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for i, c := range out {
-			if errs[i] == nil {
-				if derr := m.Delete(context.WithoutCancel(ctx), c.ID); derr != nil {
-					m.log.Error("rolling back fork", "sandbox_id", c.ID, "err", derr)
-				}
-			}
-		}
-		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
-	}
-	m.log.Info("sandbox forked", "sandbox_id", id, "count", n, "kind", kind,
-		"duration_ms", time.Since(start).Milliseconds(), "capture_ms", captured.Sub(start).Milliseconds())
-	return out, nil
-}
-
-// TemplateFromSnapshot makes template name from a snapshot's files: its
-// template's tree with the snapshot's changes applied. Memory is not part
-// of a template.
-func (m *Manager) TemplateFromSnapshot(ctx context.Context, name, snapName string) (Template, error) {
-	s, dir, release, err := m.useSnapshot(snapName)
-	if err != nil {
-		return Template{}, err
-	}
-	defer release()
-	base := m.cfg.Storage.TemplatePath(s.Template)
-	src := &restoreSource{dir: dir}
-	return m.CreateTemplate(ctx, name, "snapshot:"+snapName, func(tree string) error {
-		if err := snapshot.CopyTree(ctx, base, tree); err != nil {
-			return fmt.Errorf("copying template %s: %w", s.Template, err)
-		}
-		return src.applyFiles(ctx, tree)
-	})
-}
-
-// snapshotUsers lists the snapshots made on template name.
+// snapshotUsers lists the snapshots made on template name, but for the
+// template's own ready snapshots.
 func (m *Manager) snapshotUsers(template string) []string {
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
 	var out []string
 	for n, s := range m.snaps.byName {
-		if s.Template == template {
+		if s.Template == template && !isReadySnapshot(n) {
 			out = append(out, n)
 		}
 	}
@@ -638,7 +382,7 @@ func (m *Manager) reconcileSnapshots(ctx context.Context) error {
 	if st == nil || m.cfg.SnapshotDir == "" {
 		return nil
 	}
-	names, err := snapshot.Clean(m.cfg.SnapshotDir)
+	names, err := snapshotdir.Clean(m.cfg.SnapshotDir)
 	if err != nil {
 		return err
 	}
@@ -663,24 +407,10 @@ func (m *Manager) reconcileSnapshots(ctx context.Context) error {
 	for _, n := range names {
 		if _, ok := m.snaps.byName[n]; !ok {
 			m.log.Info("removing unrecorded snapshot", "snapshot", n)
-			if err := snapshot.Remove(m.snapshotDir(n)); err != nil {
+			if err := snapshotdir.Remove(m.snapshotDir(n)); err != nil {
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-// thaw resumes the instance of sandbox id, which the store records as
-// running, after a restart.
-func (m *Manager) thaw(ctx context.Context, drv driver.Driver, id string) error {
-	p, ok := drv.(driver.Pauser)
-	if !ok {
-		return fmt.Errorf("sandbox %s is paused and runtime %s cannot resume it", id, drv.Name())
-	}
-	m.log.Info("resuming sandbox frozen by an interrupted operation", "sandbox_id", id)
-	if err := p.Resume(ctx, id); err != nil {
-		return fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
 	return nil
 }

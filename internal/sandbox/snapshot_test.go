@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/snapshot"
+	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -20,7 +20,7 @@ func newSnapHarness(t *testing.T) (*harness, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "snapshots")
 	h := newHarness(t, func(c *Config) {
-		c.Store = &snapStore{memStore: c.Store.(*memStore), snaps: map[string]Snapshot{}}
+		c.Store = withSnapshots(c.Store.(*memStore))
 		c.SnapshotDir = dir
 	})
 	return h, dir
@@ -117,7 +117,7 @@ func TestSnapshotDamagedFailsClearly(t *testing.T) {
 	if err := h.m.Delete(ctx, src.ID); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "s", snapshot.ChangesName), os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(dir, "s", snapshotdir.ChangesName), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,15 @@ const (
 	StatePaused
 	StateError
 	StateDeleting
+	// StateStopping: the sandbox's processes are being ended; a daemon
+	// that dies here finishes the stop when it starts again.
+	StateStopping
+	// StateStopped: no process and no instance; the root's files and the
+	// record stay, and Manager.StartSandbox boots it again.
+	StateStopped
+	// StateStarting: a stopped sandbox is being booted; a daemon that
+	// dies here undoes the start, leaving it stopped.
+	StateStarting
 )
 
 var stateNames = map[State]string{
@@ -28,16 +37,22 @@ var stateNames = map[State]string{
 	StatePaused:   "paused",
 	StateError:    "error",
 	StateDeleting: "deleting",
+	StateStopping: "stopping",
+	StateStopped:  "stopped",
+	StateStarting: "starting",
 }
 
 // transitions lists the legal moves; anything else is a bug or a race the
 // caller must report as a failed precondition.
 var transitions = map[State][]State{
 	StateCreating: {StateRunning, StateError, StateDeleting},
-	StateRunning:  {StatePaused, StateError, StateDeleting},
-	StatePaused:   {StateRunning, StateError, StateDeleting},
+	StateRunning:  {StatePaused, StateStopping, StateError, StateDeleting},
+	StatePaused:   {StateRunning, StateStopping, StateError, StateDeleting},
 	StateError:    {StateDeleting},
 	StateDeleting: {StateDeleting, StateError},
+	StateStopping: {StateStopped, StateError, StateDeleting},
+	StateStopped:  {StateStarting, StateError, StateDeleting},
+	StateStarting: {StateRunning, StateStopped, StateError, StateDeleting},
 }
 
 // String returns the lower-case name used in the API.

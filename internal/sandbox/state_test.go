@@ -40,6 +40,16 @@ func TestTransitions(t *testing.T) {
 		{"error cannot run", StateError, StateRunning, false},
 		{"deleting cannot run", StateDeleting, StateRunning, false},
 		{"running cannot be created", StateRunning, StateCreating, false},
+		{"stop a running sandbox", StateRunning, StateStopping, true},
+		{"stop a paused sandbox", StatePaused, StateStopping, true},
+		{"stop ends stopped", StateStopping, StateStopped, true},
+		{"start a stopped sandbox", StateStopped, StateStarting, true},
+		{"start ends running", StateStarting, StateRunning, true},
+		{"a failed start ends stopped", StateStarting, StateStopped, true},
+		{"stopped cannot run without a start", StateStopped, StateRunning, false},
+		{"stopped cannot pause", StateStopped, StatePaused, false},
+		{"stopped can fail", StateStopped, StateError, true},
+		{"error cannot be started", StateError, StateStarting, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

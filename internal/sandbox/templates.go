@@ -1,10 +1,16 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -14,8 +20,8 @@ import (
 // a process gets when its request names none. Entrypoint, Cmd and Labels
 // are kept for clients; sandboxes do not run them by themselves.
 //
-// The JSON shape is that of image.Defaults, which converts to it
-// directly; this package does not import package image.
+// The JSON shape is that of ociimage.Defaults, which converts to it
+// directly; this package does not import package ociimage.
 type Defaults struct {
 	Env        []string          `json:"env,omitempty"`
 	WorkingDir string            `json:"working_dir,omitempty"`
@@ -29,6 +35,7 @@ type Defaults struct {
 // the Manager.
 func (t Template) clone() Template {
 	t.BuildKeys = slices.Clone(t.BuildKeys)
+	t.ReadySnapshots = maps.Clone(t.ReadySnapshots)
 	if t.Defaults != nil {
 		d := *t.Defaults
 		d.Env = slices.Clone(d.Env)
@@ -36,6 +43,16 @@ func (t Template) clone() Template {
 		d.Cmd = slices.Clone(d.Cmd)
 		d.Labels = maps.Clone(d.Labels)
 		t.Defaults = &d
+	}
+	if t.Service != nil {
+		sv := *t.Service
+		sv.Cmd = slices.Clone(sv.Cmd)
+		if sv.Ready != nil {
+			r := *sv.Ready
+			r.Cmd = slices.Clone(r.Cmd)
+			sv.Ready = &r
+		}
+		t.Service = &sv
 	}
 	return t
 }
@@ -73,4 +90,144 @@ func (m *Manager) withDefaults(sb Sandbox, req *wire.ExecRequest) {
 	maps.Copy(env, sb.Env)
 	maps.Copy(env, req.Env)
 	req.Env = env
+}
+
+// ValidateTemplateName reports whether name can name a template: lower-case
+// letters, digits, '.', '_' and '-', starting with a letter or digit, at
+// most 63 characters.
+func ValidateTemplateName(name string) error {
+	ok := len(name) > 0 && len(name) <= 63
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			ok = false
+		}
+	}
+	if !ok {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid template name %q: use lower-case letters, digits, '.', '_' and '-'", name)
+	}
+	return nil
+}
+
+// CreateTemplate makes a template named name by calling fill on an empty
+// directory, and records it. Names are lower-case letters, digits, '.', '_'
+// and '-', at most 63 characters.
+func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill func(dir string) error) (Template, error) {
+	return m.CreateTemplateFrom(ctx, Template{Name: name, Source: source}, fill)
+}
+
+// CreateTemplateFrom is CreateTemplate for a record that says more than a
+// name and a source (image, digest, defaults); its CreatedAt is set here.
+func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(dir string) error) (Template, error) {
+	name := t.Name
+	if err := ValidateTemplateName(name); err != nil {
+		return Template{}, err
+	}
+	if err := ValidateService(t.Service); err != nil {
+		return Template{}, err
+	}
+	m.mu.RLock()
+	_, exists := m.templates[name]
+	m.mu.RUnlock()
+	if exists {
+		return Template{}, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name)
+	}
+	prepared := func(dir string) error {
+		if err := fill(dir); err != nil {
+			return err
+		}
+		for _, d := range m.drivers {
+			if p, ok := d.(driver.TemplatePreparer); ok {
+				if err := p.PrepareTemplate(dir); err != nil {
+					return fmt.Errorf("preparing template %q for %s: %w", name, d.Name(), err)
+				}
+			}
+		}
+		return nil
+	}
+	if err := m.cfg.Storage.CreateTemplate(ctx, name, prepared); err != nil {
+		return Template{}, fmt.Errorf("creating template %q: %w", name, err)
+	}
+	t = t.clone()
+	t.CreatedAt = m.cfg.Now().UTC()
+	if err := m.cfg.Store.PutTemplate(ctx, t); err != nil {
+		if derr := m.cfg.Storage.DeleteTemplate(context.WithoutCancel(ctx), name); derr != nil {
+			m.log.Error("rolling back template", "template", name, "err", derr)
+		}
+		return Template{}, fmt.Errorf("recording template %q: %w", name, err)
+	}
+	m.mu.Lock()
+	m.templates[name] = t
+	m.mu.Unlock()
+	return t.clone(), nil
+}
+
+// DeleteTemplate removes a template that no sandbox uses, and its ready
+// snapshots with it.
+func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	if err := m.checkNoPoolUses(name); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if _, ok := m.templates[name]; !ok {
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	}
+	var users []string
+	for id, e := range m.sandboxes {
+		if e.sb.Template == name {
+			users = append(users, id)
+		}
+	}
+	if len(users) > 0 {
+		m.mu.Unlock()
+		slices.Sort(users)
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d sandbox(es): %s", name, len(users), strings.Join(users, ", "))
+	}
+	if snaps := m.snapshotUsers(name); len(snaps) > 0 {
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d snapshot(s): %s", name, len(snaps), strings.Join(snaps, ", "))
+	}
+	t := m.templates[name]
+	delete(m.templates, name)
+	m.mu.Unlock()
+	if err := m.dropReadyOf(ctx, t); err != nil {
+		m.mu.Lock()
+		m.templates[name] = t
+		m.mu.Unlock()
+		return fmt.Errorf("deleting template %q: %w", name, err)
+	}
+	if err := m.cfg.Storage.DeleteTemplate(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("deleting template %q: %w", name, err)
+	}
+	if err := m.cfg.Store.DeleteTemplate(ctx, name); err != nil {
+		return fmt.Errorf("forgetting template %q: %w", name, err)
+	}
+	return nil
+}
+
+// Templates lists templates by name.
+func (m *Manager) Templates() []Template {
+	m.mu.RLock()
+	out := make([]Template, 0, len(m.templates))
+	for _, t := range m.templates {
+		out = append(out, t.clone())
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Template returns one template.
+func (m *Manager) Template(name string) (Template, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	t, ok := m.templates[name]
+	if !ok {
+		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	}
+	return t.clone(), nil
 }

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
+
+	"github.com/corralrun/corral/internal/errdefs"
 )
 
 // move is one state change of a sandbox and what goes with it.
@@ -57,4 +59,54 @@ func (m *Manager) transition(ctx context.Context, e *entry, mv move) (Sandbox, e
 		m.emit(mv.event, sb, mv.cause)
 	}
 	return sb, nil
+}
+
+func (m *Manager) entry(id string) (*entry, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.sandboxes[id]
+	if !ok {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	return e, nil
+}
+
+// lockEntry looks sandbox id up, locks its op and returns its entry, a
+// copy of its record and the unlock function. A sandbox deleted while the
+// caller waited for op answers errdefs.ErrNotFound, as an unknown one does.
+func (m *Manager) lockEntry(id string) (*entry, Sandbox, func(), error) {
+	e, err := m.entry(id)
+	if err != nil {
+		return nil, Sandbox{}, nil, err
+	}
+	sb, unlock, err := m.lock(e, id)
+	if err != nil {
+		return nil, Sandbox{}, nil, err
+	}
+	return e, sb, unlock, nil
+}
+
+// lock is lockEntry for a caller that already holds sandbox id's entry.
+func (m *Manager) lock(e *entry, id string) (Sandbox, func(), error) {
+	if m.beforeLock != nil {
+		m.beforeLock(id)
+	}
+	e.op.Lock()
+	sb, err := m.current(e, id)
+	if err != nil {
+		e.op.Unlock()
+		return Sandbox{}, nil, err
+	}
+	return sb, e.op.Unlock, nil
+}
+
+// current returns e's record, or ErrNotFound when the sandbox was deleted
+// while the caller waited for e.op.
+func (m *Manager) current(e *entry, id string) (Sandbox, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.sandboxes[id] != e {
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	return e.sb.clone(), nil
 }

@@ -52,9 +52,8 @@ type TreeSpec struct {
 // event. When the sandbox cannot be deleted afterwards the error says so:
 // Root may then still be in use and must not be kept.
 //
-// Cost: a sandbox create and delete (runc: tens of milliseconds each) and
-// the driver's preparation, a walk of Root with user namespaces (about
-// 10 µs per file).
+// Cost: a sandbox create and delete, and the driver's preparation, which
+// with user namespaces walks every file of Root.
 func (m *Manager) RunOnTree(ctx context.Context, spec TreeSpec, req wire.ExecRequest, fn func(wire.ExecEvent) error) (err error) {
 	if !filepath.IsAbs(spec.Root) {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "tree root %q is not an absolute path", spec.Root)

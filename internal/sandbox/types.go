@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/wire"
 )
 
 // Spec is what a caller asks for when creating a sandbox. Zero resource
@@ -41,6 +42,8 @@ type Spec struct {
 	// limits and environment are the defaults, and the sandbox starts with
 	// its files (and, for a memory snapshot, its processes).
 	FromSnapshot string
+	// Mounts are host directories the sandbox sees (mounts.go).
+	Mounts []Mount
 }
 
 // Sandbox is the Manager's record of one sandbox, as persisted in the store.
@@ -61,14 +64,18 @@ type Sandbox struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Error says why a sandbox is in StateError.
 	Error string `json:"error,omitempty"`
-	// Owner is the principal the sandbox was created for (WithPrincipal),
+	// Owner is the principal the sandbox was created for (admission.WithPrincipal),
 	// so that per-principal limits hold across a restart. It names an API
 	// key by digest only.
 	Owner string `json:"owner,omitempty"`
 	// Network is the sandbox's current network policy, normalized. It
 	// holds the values of injected headers: show it through a redacting
-	// view only. Records of sandboxes made before networks have no Mode.
+	// view only. A record without a Mode ran in the runtime's own
+	// namespace (managedNetwork).
 	Network egress.Policy `json:"network,omitzero"`
+	// Mounts are the host directories the sandbox sees, shallower
+	// targets first.
+	Mounts []Mount `json:"mounts,omitempty"`
 	// Pool names the warm pool that holds the sandbox until a create
 	// claims it; claimed and ordinary sandboxes have none. Pool members
 	// are hidden from users (see pool.go).
@@ -117,6 +124,30 @@ type Template struct {
 	// Defaults say how processes run in the template's sandboxes (from the
 	// image configuration); nil for trees not made from an image.
 	Defaults *Defaults `json:"defaults,omitempty"`
+	// Service, if set, is started in every new sandbox of the template,
+	// which is running only once the service is ready.
+	Service *Service `json:"service,omitempty"`
+	// ReadySnapshots name, by runtime, the template's ready snapshots
+	// (ready.go): memory snapshots of a new sandbox of the template, taken
+	// once its service was ready, that new sandboxes start from.
+	ReadySnapshots map[string]string `json:"ready_snapshots,omitempty"`
+}
+
+// Service is a template's start command, how it is restarted and when
+// it is ready. It runs with the template's Defaults (environment, working
+// directory, user), supervised by the sandbox's agent.
+type Service struct {
+	// Cmd or Shell is the start command.
+	Cmd   []string `json:"cmd,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+	// Restart is a wire.Restart policy; empty means wire.RestartNever.
+	Restart string `json:"restart,omitempty"`
+	// Ready is the check that gates "running"; nil means ready once the
+	// command started.
+	Ready *wire.ReadyCheck `json:"ready,omitempty"`
+	// ReadyTimeoutMS bounds the wait for readiness; 0 means the server's
+	// default.
+	ReadyTimeoutMS int64 `json:"ready_timeout_ms,omitempty"`
 }
 
 // Filter selects sandboxes in List. Zero fields match everything.
@@ -144,8 +175,9 @@ func (f Filter) match(s Sandbox) bool {
 }
 
 // Store persists sandboxes and templates. Put and Delete must be durable
-// when they return: the Manager relies on a sandbox being recorded before it
-// acquires resources for it.
+// when they return: the Manager starts a sandbox's instance only once its
+// record is in, so that after a crash reconcile knows every instance it
+// must keep.
 type Store interface {
 	PutSandbox(ctx context.Context, s Sandbox) error
 	DeleteSandbox(ctx context.Context, id string) error

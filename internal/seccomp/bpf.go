@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"unsafe"
 
@@ -15,7 +16,7 @@ import (
 // Compile turns a profile of Profile's shape into the classic BPF program
 // that seccomp(2) installs, so that the sandbox's init can install it
 // itself (Install) instead of runc compiling the profile with libseccomp
-// in `runc init`, which costs 3-4 ms per sandbox here (docs/BENCHMARKS.md).
+// in `runc init`, which every sandbox's start would wait for.
 //
 // It takes what Profile makes and refuses anything else: default action
 // allow; the native architecture only; rules with action errno whose
@@ -40,9 +41,35 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 	if !slices.Equal(p.Architectures, []specs.Arch{nativeArch}) {
 		return nil, fmt.Errorf("seccomp: architectures %v, want only %s", p.Architectures, nativeArch)
 	}
-	// The rules of each call, in the profile's order.
+	rules, err := rulesByNumber(p.Syscalls)
+	if err != nil {
+		return nil, err
+	}
+	nrs := slices.Sorted(maps.Keys(rules))
+	// A search over the numbers with rules, whose leaves jump to each
+	// number's rule block, which follow it: an allowed call, by far the
+	// most common, runs a few compares (logarithmic in the count) instead
+	// of one compare per number with rules. (Linux caches the answer for
+	// calls that are always allowed; gVisor runs the filter on every call.)
+	tree, jumps, err := searchTree(nrs)
+	if err != nil {
+		return nil, err
+	}
+	prog := abiCheck()
+	base := len(prog)
+	prog = append(prog, tree...)
+	prog = appendRuleBlocks(prog, base, jumps, nrs, rules)
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program of %d instructions, more than %d", len(prog), unix.BPF_MAXINSNS)
+	}
+	return prog, nil
+}
+
+// rulesByNumber checks that every rule is one Compile supports and groups
+// the rules by system-call number, each call's in the profile's order.
+func rulesByNumber(syscalls []specs.LinuxSyscall) (map[int][]specs.LinuxSyscall, error) {
 	rules := map[int][]specs.LinuxSyscall{}
-	for _, s := range p.Syscalls {
+	for _, s := range syscalls {
 		if s.Action != specs.ActErrno || s.ErrnoRet == nil || *s.ErrnoRet > unix.SECCOMP_RET_DATA {
 			return nil, fmt.Errorf("seccomp: rule for %v: want action %s with an errno", s.Names, specs.ActErrno)
 		}
@@ -61,11 +88,12 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 			}
 		}
 	}
+	return rules, nil
+}
 
-	var prog []unix.SockFilter
-	emit := func(code uint16, k uint32, jt, jf uint8) {
-		prog = append(prog, unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k})
-	}
+// abiCheck is the program's start: it kills a call made through another
+// ABI and leaves the call's number loaded.
+func abiCheck() []unix.SockFilter {
 	const (
 		ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
@@ -73,36 +101,30 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 		ret   = unix.BPF_RET | unix.BPF_K
 		kill  = unix.SECCOMP_RET_KILL_PROCESS
 	)
-	emit(ldAbs, 4, 0, 0) // seccomp_data.arch
-	emit(jeq, auditArch, 1, 0)
-	emit(ret, kill, 0, 0)
-	emit(ldAbs, 0, 0, 0) // seccomp_data.nr
+	prog := []unix.SockFilter{
+		{Code: ldAbs, K: 4}, // seccomp_data.arch
+		{Code: jeq, K: auditArch, Jt: 1},
+		{Code: ret, K: kill},
+		{Code: ldAbs, K: 0}, // seccomp_data.nr
+	}
 	if x32Bit != 0 {
 		// Number -1 is no call (tracers use it to skip one) and is
 		// allowed to fail with ENOSYS, as libseccomp does.
-		emit(jge, x32Bit, 0, 2)
-		emit(jeq, 0xffffffff, 1, 0)
-		emit(ret, kill, 0, 0)
+		prog = append(prog,
+			unix.SockFilter{Code: jge, K: x32Bit, Jf: 2},
+			unix.SockFilter{Code: jeq, K: 0xffffffff, Jt: 1},
+			unix.SockFilter{Code: ret, K: kill},
+		)
 	}
-	nrs := make([]int, 0, len(rules))
-	for nr := range rules {
-		nrs = append(nrs, nr)
-	}
-	slices.Sort(nrs)
-	// A search over the numbers with rules, whose leaves jump to each
-	// number's rule block, which follow it: an allowed call, by far the
-	// most common, runs about ten instructions instead of one compare
-	// per number with rules. (Linux caches the answer for calls that are
-	// always allowed; gVisor runs the filter on every call.)
-	tree, jumps, err := searchTree(nrs)
-	if err != nil {
-		return nil, err
-	}
-	base := len(prog)
-	prog = append(prog, tree...)
-	// Numbers with the same rules share one block (most are a plain
-	// EPERM): a shorter program is cheaper for gVisor to take, which
-	// optimizes it and runs it once per number on every install.
+	return prog
+}
+
+// appendRuleBlocks lays out the rule block of every number in nrs after
+// prog, whose search tree starts at base, and points the tree's jumps at
+// them. Numbers with the same rules share one block (most are a plain
+// EPERM): a shorter program is cheaper for gVisor to take, which
+// optimizes it and runs it once per number on every install.
+func appendRuleBlocks(prog []unix.SockFilter, base int, jumps []blockJump, nrs []int, rules map[int][]specs.LinuxSyscall) []unix.SockFilter {
 	blockAt := map[int]int{}
 	shared := map[string]int{}
 	for _, nr := range nrs {
@@ -120,10 +142,7 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 		at := base + j.at
 		prog[at].K = uint32(blockAt[j.nr] - (at + 1))
 	}
-	if len(prog) > unix.BPF_MAXINSNS {
-		return nil, fmt.Errorf("seccomp: program of %d instructions, more than %d", len(prog), unix.BPF_MAXINSNS)
-	}
-	return prog, nil
+	return prog
 }
 
 // leafSize is the most numbers a leaf of searchTree compares one by one.

@@ -159,9 +159,9 @@ func maskedRule(name string, index uint, mask, value uint64) specs.LinuxSyscall 
 // without x32 sends to the same action: the calling thread is killed.
 // gVisor implements the native ABI only. So 32-bit programs do not run in
 // a sandbox, and the kernel's compat system-call layer, a steady source
-// of bugs, is out of reach. Listing the compat ABIs as well would let
-// them through the filtered calls' rules and costs runc 2.5 to 4.5 ms of
-// filter compilation per sandbox (docs/SECURITY.md). The flag rules above
+// of bugs, is out of reach (docs/SECURITY.md). Listing the compat ABIs as
+// well would let them through the filtered calls' rules and make every
+// sandbox's filter longer. The flag rules above
 // assume clone takes its flags first, which holds on these architectures
 // (not on s390x, which is therefore not listed); an unknown arch gets
 // nil, the runtime's native ABI.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -50,7 +50,7 @@ func (s *Server) attachProcess(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		// Check the process before upgrading, so that a wrong pid is an
 		// ordinary 404.
 		if _, err := ag.Process(r.Context(), pid); err != nil {
@@ -75,7 +75,7 @@ func (s *Server) attachProcess(w http.ResponseWriter, r *http.Request) {
 // starts and returns after all of them ended.
 type attachment struct {
 	conn *websocket.Conn
-	ag   *agent.Client
+	ag   *agentclient.Client
 	pid  int
 	log  *slog.Logger
 	// redact is what the client may see of an error.
@@ -210,7 +210,7 @@ func (a *attachment) sendError(ctx context.Context, err error) error {
 type stdinPipe struct {
 	ctx    context.Context // ends the request; canceled by finish
 	cancel context.CancelFunc
-	ag     *agent.Client
+	ag     *agentclient.Client
 	pid    int
 
 	mu     sync.Mutex
@@ -219,7 +219,7 @@ type stdinPipe struct {
 	closed bool          // no more input is accepted
 }
 
-func newStdinPipe(ctx context.Context, ag *agent.Client, pid int) *stdinPipe {
+func newStdinPipe(ctx context.Context, ag *agentclient.Client, pid int) *stdinPipe {
 	// The request outlives the session's context by a grace period (see
 	// finish), so that input sent just before the end is delivered.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/metrics"
-	"github.com/corralrun/corral/internal/sandbox"
 )
 
 // scrapeTimeout bounds the families computed on scrape (per-sandbox usage
@@ -31,12 +31,12 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 
 // unixPrincipal is everyone on the root-only unix socket, one principal
 // for the Manager's per-principal limits; each API key is another
-// (sandbox.APIKeyPrincipal).
+// (admission.APIKeyPrincipal).
 const unixPrincipal = "unix"
 
 // withPrincipal marks every request h serves as made by principal.
 func withPrincipal(principal string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(sandbox.WithPrincipal(r.Context(), principal)))
+		h.ServeHTTP(w, r.WithContext(admission.WithPrincipal(r.Context(), principal)))
 	})
 }

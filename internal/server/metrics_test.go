@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
 	corral "github.com/corralrun/corral/sdk"
@@ -17,13 +18,13 @@ import (
 func TestAdmissionRefusalsOverHTTP(t *testing.T) {
 	tests := []struct {
 		name   string
-		adm    sandbox.Admission
+		adm    admission.Config
 		status int
 		code   string
 		retry  time.Duration // whole seconds, rounded up
 	}{
-		{"per key", sandbox.Admission{MaxPerPrincipal: 1}, 429, corral.CodeResourceExhausted, time.Second},
-		{"capacity", sandbox.Admission{MaxSandboxes: 1, RetryAfter: 1500 * time.Millisecond}, 503, corral.CodeBusy, 2 * time.Second},
+		{"per key", admission.Config{MaxPerPrincipal: 1}, 429, corral.CodeResourceExhausted, time.Second},
+		{"capacity", admission.Config{MaxSandboxes: 1, RetryAfter: 1500 * time.Millisecond}, 503, corral.CodeBusy, 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,7 +45,7 @@ func TestAdmissionRefusalsOverHTTP(t *testing.T) {
 }
 
 func TestEventsAndMetricsOverHTTP(t *testing.T) {
-	c, _ := newTestServer(t, "k", func(cfg *sandbox.Config) { cfg.Admission = sandbox.Admission{MaxSandboxes: 1} })
+	c, _ := newTestServer(t, "k", func(cfg *sandbox.Config) { cfg.Admission = admission.Config{MaxSandboxes: 1} })
 	ctx := t.Context()
 	if _, err := c.Events(ctx, corral.EventOptions{Types: []string{"bogus"}}); corral.ErrorCode(err) != corral.CodeInvalidArgument {
 		t.Fatalf("unknown event type: %v", err)
@@ -86,7 +87,7 @@ func TestEventsAndMetricsOverHTTP(t *testing.T) {
 		{"corral_sandboxes", []string{"state", "running", "runtime", "fake"}, 1},
 		{"corral_create_seconds_count", []string{"runtime", "fake"}, 1},
 		{"corral_exec_start_seconds_count", []string{"runtime", "fake"}, 1},
-		{"corral_admission_refusals_total", []string{"reason", sandbox.RefusedSandboxes}, 1},
+		{"corral_admission_refusals_total", []string{"reason", admission.RefusedSandboxes}, 1},
 		{"corral_admission_committed", []string{"resource", "memory_bytes"}, 128 << 20},
 		{"corral_pool_misses_total", nil, 0},
 		{"corral_pool_hits_total", nil, 0},

@@ -21,9 +21,9 @@ import (
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/network"
+	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
-	"github.com/corralrun/corral/internal/store"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -140,7 +140,7 @@ func TestNetworkOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
+	st, err := records.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

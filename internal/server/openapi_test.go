@@ -11,7 +11,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/events"
-	"github.com/corralrun/corral/internal/image"
+	"github.com/corralrun/corral/internal/ociimage"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/wire"
@@ -183,6 +183,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"UpdateRequest":        {UpdateRequest{}},
 		"NetworkPolicy":        {NetworkPolicy{}},
 		"HeaderRule":           {HeaderRule{}},
+		"Mount":                {Mount{}},
+		"Change":               {Change{}},
 		"Stats":                {driver.Stats{}},
 		"ExecRequest":          {wire.ExecRequest{}},
 		"ExecEvent":            {wire.ExecEvent{}},
@@ -192,9 +194,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"MkdirRequest":         {wire.MkdirRequest{}},
 		"RenameRequest":        {wire.RenameRequest{}},
 		"Template":             {sandbox.Template{}},
-		"TemplateDefaults":     {sandbox.Defaults{}, image.Defaults{}},
+		"TemplateDefaults":     {sandbox.Defaults{}, ociimage.Defaults{}},
 		"PullRequest":          {PullRequest{}},
-		"Progress":             {image.Progress{}},
+		"Progress":             {ociimage.Progress{}},
 		"BuildRequest":         {BuildRequest{}},
 		"BuildEvent":           {BuildEvent{}},
 		"StartRequest":         {wire.StartRequest{}},
@@ -211,9 +213,16 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SnapshotRequest":      {SnapshotRequest{}},
 		"ForkRequest":          {ForkRequest{}},
 		"ResumeRequest":        {ResumeRequest{}},
+		"StartSandboxRequest":  {StartSandboxRequest{}},
 		"FromSnapshotRequest":  {FromSnapshotRequest{}},
+		"ReadySnapshotRequest": {ReadySnapshotRequest{}},
 		"Health":               {Health{}},
 		"DiskQuota":            {storage.QuotaStatus{}},
+		"Volume":               {sandbox.Volume{}},
+		"VolumeRequest":        {VolumeRequest{}},
+		"Service":              {sandbox.Service{}},
+		"ReadyCheck":           {wire.ReadyCheck{}},
+		"ServiceStatus":        {wire.ServiceStatus{}},
 	}
 	for name, s := range doc.Components.Schemas {
 		if s.Properties != nil && types[name] == nil {
@@ -303,12 +312,14 @@ func TestOpenAPIRanges(t *testing.T) {
 		"UpdateRequest":        append(slices.Clone(limits), sandbox.RangeIdleTimeout),
 		"TimeoutRequest":       {sandbox.RangeTimeout},
 		"ResumeRequest":        {sandbox.RangeTimeout},
+		"StartSandboxRequest":  {sandbox.RangeTimeout},
 		"ExecRequest":          exec,
 		"StartRequest":         exec,
 		"PTYSize":              pty,
 		"AttachControl":        pty,
 		"ForkRequest":          {sandbox.RangeForkCount},
 		"MkdirRequest":         {sandbox.RangeFileMode},
+		"VolumeRequest":        {sandbox.RangeVolumeSize},
 	}
 	ranges := map[string]sandbox.Range{}
 	for schema, list := range bySchema {

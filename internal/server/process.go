@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/wire"
@@ -16,7 +16,7 @@ import (
 // agent and the process ID are known. It returns the status and JSON body
 // of the answer (a nil body with 204), or status 0 when it wrote the
 // response itself.
-type procOp func(ag *agent.Client, pid int) (int, any, error)
+type procOp func(ag *agentclient.Client, pid int) (int, any, error)
 
 // proc resolves the running sandbox's agent and the {pid} path value, then
 // runs op and writes its answer or its error.
@@ -129,20 +129,20 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		info, err := ag.Process(r.Context(), pid)
 		return http.StatusOK, info, err
 	})(w, r)
 }
 
 func (s *Server) removeProcess(w http.ResponseWriter, r *http.Request) {
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		return http.StatusNoContent, nil, ag.RemoveProcess(r.Context(), pid)
 	})(w, r)
 }
 
 func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		info, err := ag.Wait(r.Context(), pid)
 		return http.StatusOK, info, err
 	})(w, r)
@@ -151,13 +151,13 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 // writeStdin streams the request body to the process's stdin as it
 // arrives; the body may stay open as long as the client likes.
 func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) {
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		return http.StatusNoContent, nil, ag.WriteStdin(r.Context(), pid, r.Body)
 	})(w, r)
 }
 
 func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) {
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		return http.StatusNoContent, nil, ag.CloseStdin(r.Context(), pid)
 	})(w, r)
 }
@@ -172,7 +172,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "signal is required"))
 		return
 	}
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		return http.StatusNoContent, nil, ag.Signal(r.Context(), pid, req.Signal)
 	})(w, r)
 }
@@ -187,7 +187,7 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		return http.StatusNoContent, nil, ag.Resize(r.Context(), pid, req)
 	})(w, r)
 }
@@ -206,7 +206,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.proc(func(ag *agent.Client, pid int) (int, any, error) {
+	s.proc(func(ag *agentclient.Client, pid int) (int, any, error) {
 		st := newStream(w, s.redactor(r))
 		err := ag.ProcessOutput(r.Context(), pid, from, follow, func(ev wire.ExecEvent) error { return st.send(ev) })
 		if err != nil && !st.started {
@@ -218,7 +218,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readArchive(w http.ResponseWriter, r *http.Request) {
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
+	s.files(true, func(ag *agentclient.Client, p string) (any, error) {
 		body, err := ag.ReadArchive(r.Context(), p)
 		if err != nil {
 			return nil, err
@@ -236,7 +236,7 @@ func (s *Server) readArchive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) writeArchive(w http.ResponseWriter, r *http.Request) {
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
+	s.files(true, func(ag *agentclient.Client, p string) (any, error) {
 		if err := ag.WriteArchive(r.Context(), p, r.Body); err != nil {
 			return nil, err
 		}
@@ -253,7 +253,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
+	s.files(true, func(ag *agentclient.Client, p string) (any, error) {
 		// The agent's client does not say when the watch is in place, only
 		// when events come; a quiet directory would hold back the status
 		// line. Checking the path first keeps "no such directory" an error

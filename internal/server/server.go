@@ -1,28 +1,21 @@
 package server
 
 import (
-	"bytes"
-	"context"
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"strconv"
+	"slices"
 	"strings"
-	"sync"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/images"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
-	"github.com/corralrun/corral/internal/template"
-	"github.com/corralrun/corral/internal/untar"
+	"github.com/corralrun/corral/internal/templates"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -39,7 +32,7 @@ type Config struct {
 	Storage string
 	// Images, when set, serves template pulls, image imports and
 	// Dockerfile builds (templates.go).
-	Images *images.Service
+	Images *templates.Service
 	// Metrics is served at /metrics (empty when nil); pass the registry
 	// the Manager registered on.
 	Metrics *metrics.Registry
@@ -97,6 +90,7 @@ func (s *Server) routes() []route {
 		{"PATCH /v1/sandboxes/{id}", s.updateSandbox},
 		{"PUT /v1/sandboxes/{id}/network", s.updateNetwork},
 		{"GET /v1/sandboxes/{id}/stats", s.stats},
+		{"GET /v1/sandboxes/{id}/mounts/changes", s.mountChanges},
 		{"POST /v1/sandboxes/{id}/exec", s.exec},
 		{"GET /v1/sandboxes/{id}/files", s.readFile},
 		{"PUT /v1/sandboxes/{id}/files", s.writeFile},
@@ -131,7 +125,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/pools/{name}", s.getPool},
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
-	}, append(s.portRoutes(), s.snapshotRoutes()...)...)
+	}, slices.Concat(s.portRoutes(), s.snapshotRoutes(), s.stopStartRoutes(), s.volumeRoutes(),
+		s.serviceRoutes(), s.readyRoutes())...)
 }
 
 // Handler returns the API handler without authentication (for the
@@ -148,7 +143,7 @@ func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
 		return nil, errors.New("an API key is required to serve the API over TCP")
 	}
 	want := []byte(apiKey)
-	h := withPrincipal(sandbox.APIKeyPrincipal(apiKey), s.mux)
+	h := withPrincipal(admission.APIKeyPrincipal(apiKey), s.mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("X-API-Key")
 		bearer, _ := Credentials(r.Header, "Bearer")
@@ -230,441 +225,6 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) runtimes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.m.Runtimes())
-}
-
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
-	var req CreateRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	spec, err := req.spec()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.m.Create(r.Context(), spec)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, viewOf(sb))
-}
-
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	var f sandbox.Filter
-	q := r.URL.Query()
-	if st := q.Get("state"); st != "" {
-		state, err := sandbox.ParseState(st)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		f.State = state
-	}
-	for _, kv := range q["metadata"] {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "metadata filter %q must be KEY=VALUE", kv))
-			return
-		}
-		if f.Metadata == nil {
-			f.Metadata = map[string]string{}
-		}
-		f.Metadata[k] = v
-	}
-	writeJSON(w, http.StatusOK, views(s.m.List(f), viewOf))
-}
-
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Get(r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
-}
-
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.Delete(r.Context(), r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	var req TimeoutRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.Timeout == nil {
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "timeout (seconds) is required"))
-		return
-	}
-	var f fields
-	timeout := f.seconds(sandbox.RangeTimeout, req.Timeout)
-	if f.err != nil {
-		s.writeError(w, r, f.err)
-		return
-	}
-	sb, err := s.m.SetTimeout(r.Context(), r.PathValue("id"), *timeout)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
-}
-
-func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	st, err := s.m.Stats(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
-}
-
-// exec streams a process's events as NDJSON. Errors before the process
-// starts are ordinary error responses; later failures become an "error"
-// event, since the status line is already sent.
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req wire.ExecRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := checkExec(req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	st := newExecStream(w, s.redactor(r))
-	if err := s.m.Exec(r.Context(), r.PathValue("id"), req, st.exec); err != nil {
-		st.fail(r, err)
-	}
-}
-
-// checkExec checks what the server requires of an exec request.
-func checkExec(req wire.ExecRequest) error {
-	if (len(req.Cmd) == 0) == (req.Shell == "") {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "exactly one of cmd and shell must be set")
-	}
-	var f fields
-	f.req(sandbox.RangeExecTimeout, req.TimeoutMS)
-	f.req(sandbox.RangeExecOutput, req.MaxOutputBytes)
-	return f.err
-}
-
-// execStream writes the events of an exec as newline-delimited JSON:
-// status 200 and the headers with the first event (lazyHeader), and each
-// event flushed but an exit, which ends the exec and which the end of the
-// response carries in the same write.
-type execStream struct {
-	lazy   *lazyHeader
-	rc     *http.ResponseController
-	enc    *json.Encoder
-	redact func(error) error // what the client may see of an error
-}
-
-func newExecStream(w http.ResponseWriter, redact func(error) error) *execStream {
-	lazy := &lazyHeader{w: w}
-	return &execStream{lazy: lazy, rc: http.NewResponseController(w), enc: json.NewEncoder(lazy), redact: redact}
-}
-
-// write writes the event v, then flushes when flush is set.
-func (st *execStream) write(v any, flush bool) error {
-	if err := st.enc.Encode(v); err != nil {
-		return err
-	}
-	if !flush {
-		return nil
-	}
-	return st.rc.Flush()
-}
-
-// exec writes one exec event.
-func (st *execStream) exec(ev wire.ExecEvent) error {
-	return st.write(ev, ev.Type != wire.EventExit)
-}
-
-// fail reports err: as the response when nothing was written yet, else as
-// a last error event, unless the client of r is gone.
-func (st *execStream) fail(r *http.Request, err error) {
-	if !st.lazy.started {
-		wire.WriteError(st.lazy.w, st.redact(err))
-		return
-	}
-	if r.Context().Err() == nil {
-		_ = st.write(wire.ExecEvent{Type: wire.EventError, Error: errorOf(st.redact(err))}, true)
-	}
-}
-
-// fileOp is the part of a file handler that runs once the sandbox's agent
-// and the path are known; it returns the JSON answer, or nil when it wrote
-// the response itself.
-type fileOp func(ag *agent.Client, path string) (any, error)
-
-// files resolves the running sandbox's agent and, when needPath is set, the
-// required path query parameter, then runs op and writes its result as JSON
-// (status 200) or its error.
-func (s *Server) files(needPath bool, op fileOp) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		p := r.URL.Query().Get("path")
-		if needPath && p == "" {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "query parameter path is required"))
-			return
-		}
-		ag, err := s.m.Agent(r.PathValue("id"))
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		out, err := op(ag, p)
-		switch {
-		case err != nil:
-			s.writeError(w, r, err)
-		case out != nil:
-			writeJSON(w, http.StatusOK, out)
-		}
-	}
-}
-
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
-		body, size, err := ag.ReadFile(r.Context(), p)
-		if err != nil {
-			return nil, err
-		}
-		defer body.Close()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if size >= 0 {
-			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		}
-		w.WriteHeader(http.StatusOK)
-		// A failure midway cuts the response short, so that a file of
-		// unknown size never looks complete.
-		if _, err := io.Copy(w, body); err != nil {
-			panic(http.ErrAbortHandler)
-		}
-		return nil, nil
-	})(w, r)
-}
-
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
-	mode := os.FileMode(0o644)
-	if m := r.URL.Query().Get("mode"); m != "" {
-		v, err := strconv.ParseUint(m, 8, 32)
-		if err != nil || sandbox.RangeFileMode.Check(int64(v)) != nil {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "mode %q must be octal permission bits like 0644", m))
-			return
-		}
-		mode = fileMode(uint32(v))
-	}
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
-		return ag.WriteFile(r.Context(), p, mode, r.Body)
-	})(w, r)
-}
-
-func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
-		if err := ag.Remove(r.Context(), p, r.URL.Query().Get("recursive") == "true"); err != nil {
-			return nil, err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil, nil
-	})(w, r)
-}
-
-func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	s.files(true, func(ag *agent.Client, p string) (any, error) { return ag.Stat(r.Context(), p) })(w, r)
-}
-
-func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	s.files(true, func(ag *agent.Client, p string) (any, error) {
-		list, err := ag.List(r.Context(), p)
-		if list == nil && err == nil {
-			list = []wire.FileInfo{}
-		}
-		return list, err
-	})(w, r)
-}
-
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
-	var req wire.MkdirRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := sandbox.RangeFileMode.Check(int64(req.Mode)); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.files(false, func(ag *agent.Client, _ string) (any, error) { return ag.Mkdir(r.Context(), req) })(w, r)
-}
-
-func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
-	var req wire.RenameRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.files(false, func(ag *agent.Client, _ string) (any, error) { return ag.Rename(r.Context(), req.From, req.To) })(w, r)
-}
-
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.m.Templates())
-}
-
-func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.m.Template(r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, t)
-}
-
-// importTemplate makes a template from a rootfs tarball in the body, or
-// from an image archive when the server has an image service.
-func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Images != nil {
-		s.importArchive(w, r)
-		return
-	}
-	name := r.PathValue("name")
-	t, err := s.m.CreateTemplate(r.Context(), name, "import", func(dir string) error {
-		return untar.ExtractTar(r.Context(), r.Body, dir)
-	})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, t)
-}
-
-func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if s.cfg.Images != nil {
-		s.cfg.Images.Collect()
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// buildTemplate builds a template from a recipe and streams its log as
-// NDJSON BuildEvents. Disconnecting cancels the build and removes what it
-// made.
-func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
-	if isMultipart(r) {
-		s.buildFromFile(w, r)
-		return
-	}
-	var req BuildRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	name := r.PathValue("name")
-	var fill func(ctx context.Context, dir string, progress io.Writer) error
-	switch req.Recipe {
-	case "busybox":
-		fill = func(_ context.Context, dir string, _ io.Writer) error { return template.FillBusybox(dir, "") }
-	case "debian":
-		opts := template.DebianOptions{Mirror: req.Mirror, BuildEssential: req.BuildEssential}
-		fill = func(ctx context.Context, dir string, progress io.Writer) error {
-			return template.BuildDebian(ctx, dir, opts, progress)
-		}
-	default:
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, busybox)", req.Recipe))
-		return
-	}
-	if err := sandbox.ValidateTemplateName(name); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if _, err := s.m.Template(name); err == nil {
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name))
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	out := &eventWriter{w: w, rc: http.NewResponseController(w)}
-	redact := s.redactor(r)
-	t, err := s.m.CreateTemplate(r.Context(), name, req.Recipe, func(dir string) error {
-		return fill(r.Context(), dir, out)
-	})
-	out.flushLine()
-	if err != nil {
-		out.send(BuildEvent{Type: "error", Error: (*errorDetail)(errorOf(redact(err)))})
-		return
-	}
-	out.send(BuildEvent{Type: "done", Template: &t})
-}
-
-// eventWriter turns a build's log output into "log" events, one per line.
-type eventWriter struct {
-	mu   sync.Mutex
-	w    io.Writer
-	rc   *http.ResponseController
-	line []byte
-}
-
-func (e *eventWriter) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.line = append(e.line, p...)
-	for {
-		i := bytes.IndexByte(e.line, '\n')
-		if i < 0 {
-			break
-		}
-		e.sendLocked(BuildEvent{Type: "log", Text: string(e.line[:i])})
-		e.line = e.line[i+1:]
-	}
-	return len(p), nil
-}
-
-func (e *eventWriter) flushLine() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.line) > 0 {
-		e.sendLocked(BuildEvent{Type: "log", Text: string(e.line)})
-		e.line = nil
-	}
-}
-
-func (e *eventWriter) send(ev BuildEvent) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.sendLocked(ev)
-}
-
-func (e *eventWriter) sendLocked(ev BuildEvent) {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		panic(fmt.Sprintf("encoding build event: %v", err))
-	}
-	_, _ = e.w.Write(append(b, '\n'))
-	_ = e.rc.Flush()
-}
-
-// fileMode converts Unix permission bits (as in the mode query parameter)
-// to Go's os.FileMode, whose setuid, setgid and sticky bits differ.
-func fileMode(v uint32) os.FileMode {
-	m := os.FileMode(v & 0o777)
-	if v&0o4000 != 0 {
-		m |= os.ModeSetuid
-	}
-	if v&0o2000 != 0 {
-		m |= os.ModeSetgid
-	}
-	if v&0o1000 != 0 {
-		m |= os.ModeSticky
-	}
-	return m
 }
 
 // writeError answers r with err as a client may see it (clientError).

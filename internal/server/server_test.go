@@ -16,9 +16,9 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/fake"
 	"github.com/corralrun/corral/internal/metrics"
+	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
-	"github.com/corralrun/corral/internal/store"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -36,7 +36,7 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
+	st, err := records.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,13 +191,7 @@ func TestErrorsAreJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader(tt.body))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, b := send(t, tt.method, ts.URL+tt.path, tt.body)
 			if resp.StatusCode != tt.status || !strings.Contains(string(b), `"code":"`+tt.code+`"`) {
 				t.Fatalf("status %d body %s; want %d %s", resp.StatusCode, b, tt.status, tt.code)
 			}
@@ -206,6 +200,26 @@ func TestErrorsAreJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// send makes a request with body and returns the response and its body,
+// read and closed.
+func send(t *testing.T, method, url, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
 }
 
 func TestAuth(t *testing.T) {

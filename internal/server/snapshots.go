@@ -23,6 +23,10 @@ type SnapshotView struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	SizeBytes int64             `json:"size_bytes"`
+	// Mounts are the volumes sandboxes made from the snapshot mount; with
+	// VolumesCopied the snapshot's copies, of which each gets a copy.
+	Mounts        []Mount `json:"mounts,omitempty"`
+	VolumesCopied bool    `json:"volumes_copied,omitempty"`
 }
 
 func snapshotView(s sandbox.Snapshot) SnapshotView {
@@ -30,6 +34,7 @@ func snapshotView(s sandbox.Snapshot) SnapshotView {
 		Name: s.Name, Kind: s.Kind, SandboxID: s.SandboxID, Template: s.Template, Runtime: s.Runtime,
 		CPUs: float64(s.MilliCPUs) / 1000, MemoryMB: s.MemoryBytes >> 20, Pids: s.Pids, DiskMB: s.DiskBytes >> 20,
 		Metadata: s.Metadata, CreatedAt: s.CreatedAt, SizeBytes: s.SizeBytes,
+		Mounts: mountViews(s.Mounts), VolumesCopied: s.VolumesCopied,
 	}
 }
 
@@ -37,11 +42,16 @@ func snapshotView(s sandbox.Snapshot) SnapshotView {
 type SnapshotRequest struct {
 	Name     string            `json:"name"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Volumes is "share" or "copy" (sandbox.SnapshotSpec).
+	Volumes string `json:"volumes,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
 type ForkRequest struct {
 	Count int `json:"count"`
+	// Volumes is "share" or "copy": what the copies get of the source's
+	// volumes (sandbox.ForkOptions).
+	Volumes string `json:"volumes,omitempty"`
 }
 
 // ResumeRequest is the optional body of POST /v1/sandboxes/{id}/resume:
@@ -112,7 +122,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	snap, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name, Metadata: req.Metadata})
+	snap, err := s.m.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotSpec{Name: req.Name, Metadata: req.Metadata, Volumes: req.Volumes})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -132,7 +142,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, f.err)
 		return
 	}
-	copies, err := s.m.Fork(r.Context(), r.PathValue("id"), int(n))
+	copies, err := s.m.ForkWith(r.Context(), r.PathValue("id"), int(n), sandbox.ForkOptions{Volumes: req.Volumes})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -2,19 +2,25 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/image"
-	"github.com/corralrun/corral/internal/images"
+	"github.com/corralrun/corral/internal/ociimage"
+	"github.com/corralrun/corral/internal/rootfs"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/templates"
+	"github.com/corralrun/corral/internal/untar"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -27,12 +33,14 @@ type PullRequest struct {
 	Platform string `json:"platform,omitempty"`
 	// Insecure allows plain HTTP to the registry.
 	Insecure bool `json:"insecure,omitempty"`
+	// Service, if set, is the template's service.
+	Service *sandbox.Service `json:"service,omitempty"`
 }
 
 // maxBuildFile bounds the Dockerfile part of a build request.
 const maxBuildFile = 1 << 20
 
-func (s *Server) imageService(w http.ResponseWriter, r *http.Request) *images.Service {
+func (s *Server) imageService(w http.ResponseWriter, r *http.Request) *templates.Service {
 	if s.cfg.Images == nil {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "this server does not make templates from images"))
 	}
@@ -60,18 +68,22 @@ func (s *Server) pullTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := sandbox.ValidateService(req.Service); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	out := newEventStream(w, s.redactor(r))
-	t, err := svc.Pull(r.Context(), name, images.PullOptions{
-		Ref: req.Ref, Platform: req.Platform, Insecure: req.Insecure, Progress: out.progress, Log: out,
+	t, err := svc.Pull(r.Context(), name, templates.PullOptions{
+		Ref: req.Ref, Platform: req.Platform, Insecure: req.Insecure, Progress: out.progress, Log: out, Service: req.Service,
 	})
 	out.finish(r, t, err)
 }
 
 // importArchive makes a template from a root file system tarball or an
-// image archive in the body (images.Service.Import).
+// image archive in the body (templates.Service.Import).
 func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	t, err := s.cfg.Images.Import(r.Context(), name, r.Body, images.ImportOptions{Platform: r.URL.Query().Get("platform")})
+	t, err := s.cfg.Images.Import(r.Context(), name, r.Body, templates.ImportOptions{Platform: r.URL.Query().Get("platform")})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -91,7 +103,8 @@ func isMultipart(r *http.Request) bool {
 // "context" part holding a tar of the build context. Options are query
 // parameters: build_arg=K=V (repeated), platform, insecure, and the
 // network of RUN steps: network=none|allowlist|open and allow_domain
-// (repeated; implies allowlist). It streams
+// (repeated; implies allowlist), and the template's service
+// (serviceParams). It streams
 // NDJSON BuildEvents: step lines and RUN output as "log", FROM pull
 // progress as "progress", then "done" or "error".
 func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
@@ -110,6 +123,11 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 		args[k] = v
 	}
 	insecure, err := boolParam(q, "insecure")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	service, noStart, err := serviceParams(q)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -137,7 +155,7 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "the Dockerfile is larger than %d bytes", maxBuildFile))
 		return
 	}
-	file, err := image.ParseBuildFile(bytes.NewReader(data))
+	file, err := ociimage.ParseBuildFile(bytes.NewReader(data))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -160,9 +178,9 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 		buildContext = part
 	}
 	out := newEventStream(w, s.redactor(r))
-	t, err := svc.Build(r.Context(), name, images.BuildOptions{
+	t, err := svc.Build(r.Context(), name, templates.BuildOptions{
 		File: file, Context: buildContext, Args: args, Platform: q.Get("platform"), Insecure: insecure,
-		Out: out, Progress: out.progress, Network: network,
+		Out: out, Progress: out.progress, Network: network, Service: service, NoStart: noStart,
 	})
 	out.finish(r, t, err)
 }
@@ -194,7 +212,7 @@ func newEventStream(w http.ResponseWriter, redact func(error) error) *eventStrea
 	return &eventStream{eventWriter: &eventWriter{w: lazy, rc: http.NewResponseController(w)}, lazy: lazy, redact: redact}
 }
 
-func (e *eventStream) progress(p image.Progress) {
+func (e *eventStream) progress(p ociimage.Progress) {
 	e.send(BuildEvent{Type: "progress", Progress: &p})
 }
 
@@ -230,4 +248,147 @@ func (l *lazyHeader) Write(p []byte) (int, error) {
 		l.w.WriteHeader(http.StatusOK)
 	}
 	return l.w.Write(p)
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.m.Templates())
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.m.Template(r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// importTemplate makes a template from a rootfs tarball in the body, or
+// from an image archive when the server has an image service.
+func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Images != nil {
+		s.importArchive(w, r)
+		return
+	}
+	name := r.PathValue("name")
+	t, err := s.m.CreateTemplate(r.Context(), name, "import", func(dir string) error {
+		return untar.ExtractTar(r.Context(), r.Body, dir)
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if s.cfg.Images != nil {
+		s.cfg.Images.Collect()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// buildTemplate builds a template from a recipe and streams its log as
+// NDJSON BuildEvents. Disconnecting cancels the build and removes what it
+// made.
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	if isMultipart(r) {
+		s.buildFromFile(w, r)
+		return
+	}
+	var req BuildRequest
+	if err := decode(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name := r.PathValue("name")
+	var fill func(ctx context.Context, dir string, progress io.Writer) error
+	switch req.Recipe {
+	case "busybox":
+		fill = func(_ context.Context, dir string, _ io.Writer) error { return rootfs.FillBusybox(dir, "") }
+	case "debian":
+		opts := rootfs.DebianOptions{Mirror: req.Mirror, BuildEssential: req.BuildEssential}
+		fill = func(ctx context.Context, dir string, progress io.Writer) error {
+			return rootfs.BuildDebian(ctx, dir, opts, progress)
+		}
+	default:
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, busybox)", req.Recipe))
+		return
+	}
+	if err := sandbox.ValidateTemplateName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := s.m.Template(name); err == nil {
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name))
+		return
+	}
+	if err := sandbox.ValidateService(req.Service); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	redact := s.redactor(r)
+	t, err := s.m.CreateTemplateFrom(r.Context(), sandbox.Template{Name: name, Source: req.Recipe, Service: req.Service}, func(dir string) error {
+		return fill(r.Context(), dir, out)
+	})
+	out.flushLine()
+	if err != nil {
+		out.send(BuildEvent{Type: "error", Error: (*errorDetail)(errorOf(redact(err)))})
+		return
+	}
+	out.send(BuildEvent{Type: "done", Template: &t})
+}
+
+// eventWriter turns a build's log output into "log" events, one per line.
+type eventWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	rc   *http.ResponseController
+	line []byte
+}
+
+func (e *eventWriter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.line = append(e.line, p...)
+	for {
+		i := bytes.IndexByte(e.line, '\n')
+		if i < 0 {
+			break
+		}
+		e.sendLocked(BuildEvent{Type: "log", Text: string(e.line[:i])})
+		e.line = e.line[i+1:]
+	}
+	return len(p), nil
+}
+
+func (e *eventWriter) flushLine() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.line) > 0 {
+		e.sendLocked(BuildEvent{Type: "log", Text: string(e.line)})
+		e.line = nil
+	}
+}
+
+func (e *eventWriter) send(ev BuildEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sendLocked(ev)
+}
+
+func (e *eventWriter) sendLocked(ev BuildEvent) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		panic(fmt.Sprintf("encoding build event: %v", err))
+	}
+	_, _ = e.w.Write(append(b, '\n'))
+	_ = e.rc.Flush()
 }

@@ -24,10 +24,10 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/fake"
-	"github.com/corralrun/corral/internal/images"
+	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
-	"github.com/corralrun/corral/internal/store"
+	"github.com/corralrun/corral/internal/templates"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -43,7 +43,7 @@ func newImageServer(t *testing.T) *corral.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
+	st, err := records.Open(t.Context(), filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func newImageServer(t *testing.T) *corral.Client {
 	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := images.Open(images.Config{Manager: m, CacheDir: t.TempDir(), BuildDir: t.TempDir()})
+	svc, err := templates.Open(templates.Config{Manager: m, CacheDir: t.TempDir(), BuildDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

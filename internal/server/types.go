@@ -3,7 +3,7 @@ package server
 import (
 	"time"
 
-	"github.com/corralrun/corral/internal/image"
+	"github.com/corralrun/corral/internal/ociimage"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/wire"
@@ -25,6 +25,9 @@ type SandboxView struct {
 	Deadline  *time.Time        `json:"deadline,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	Network   *NetworkPolicy    `json:"network,omitempty"`
+	// Mounts are the host directories the sandbox sees, targets' parents
+	// first.
+	Mounts []Mount `json:"mounts,omitempty"`
 	// IdleTimeout (seconds), OnDeadline and OnIdle are the lifecycle
 	// timers (0: no idle timeout).
 	IdleTimeout int64  `json:"idle_timeout,omitempty"`
@@ -55,6 +58,7 @@ func viewOf(sb sandbox.Sandbox) SandboxView {
 		CreatedAt: sb.CreatedAt,
 		Error:     sb.Error,
 		Network:   networkView(sb.Network),
+		Mounts:    mountViews(sb.Mounts),
 
 		IdleTimeout: int64(sb.IdleTimeout / time.Second),
 		OnDeadline:  string(sb.OnDeadline),
@@ -86,13 +90,15 @@ type CreateRequest struct {
 	Pool string `json:"pool,omitempty"`
 	// IdleTimeout (seconds, 0: none) fires OnIdle after that long without
 	// exec, file or PTY activity; OnDeadline and OnIdle are "destroy"
-	// (default) or "pause".
+	// (default), "pause" or "stop".
 	IdleTimeout int64  `json:"idle_timeout,omitempty"`
 	OnDeadline  string `json:"on_deadline,omitempty"`
 	OnIdle      string `json:"on_idle,omitempty"`
 	// FromSnapshot starts the sandbox from a snapshot; template, runtime,
 	// limits and environment default to the snapshot's.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Mounts are host directories the sandbox sees.
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // spec checks r and returns the sandbox spec it asks for.
@@ -113,6 +119,7 @@ func (r CreateRequest) spec() (sandbox.Spec, error) {
 		IdleTimeout:  time.Duration(f.opt(sandbox.RangeIdleTimeout, r.IdleTimeout)),
 		OnDeadline:   sandbox.Action(r.OnDeadline),
 		OnIdle:       sandbox.Action(r.OnIdle),
+		Mounts:       specMounts(r.Mounts),
 	}
 	if f.err != nil {
 		return sandbox.Spec{}, f.err
@@ -137,15 +144,17 @@ type BuildRequest struct {
 	Recipe         string `json:"recipe"`
 	Mirror         string `json:"mirror,omitempty"`
 	BuildEssential bool   `json:"build_essential,omitempty"`
+	// Service, if set, is the template's service.
+	Service *sandbox.Service `json:"service,omitempty"`
 }
 
 // BuildEvent is one line of a template build or pull stream.
 type BuildEvent struct {
-	Type     string            `json:"type"` // "log", "progress", "done" or "error"
-	Text     string            `json:"text,omitempty"`
-	Progress *image.Progress   `json:"progress,omitempty"`
-	Template *sandbox.Template `json:"template,omitempty"`
-	Error    *errorDetail      `json:"error,omitempty"`
+	Type     string             `json:"type"` // "log", "progress", "done" or "error"
+	Text     string             `json:"text,omitempty"`
+	Progress *ociimage.Progress `json:"progress,omitempty"`
+	Template *sandbox.Template  `json:"template,omitempty"`
+	Error    *errorDetail       `json:"error,omitempty"`
 }
 
 type errorDetail struct {

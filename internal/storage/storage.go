@@ -13,6 +13,7 @@ package storage
 
 import (
 	"context"
+	"os"
 )
 
 // Backend stores templates and sandbox roots. Implementations are safe for
@@ -58,6 +59,15 @@ type Backend interface {
 type RootOptions struct {
 	// DiskBytes limits the bytes the sandbox can write; 0 is no limit.
 	DiskBytes int64
+	// IDMap, when not nil, is an open user namespace (an nsfs file) whose
+	// mapping the root shows its files through: each layer is an
+	// ID-mapped mount of it, so the files keep their stored owners on
+	// disk (driver.StoredIDBase+i), the root shows them as the namespace
+	// maps them, and a write through the root lands with the stored owner
+	// again. The mapping must cover the stored range and map 0 to 0. Nil
+	// shows the stored owners as they are. The caller keeps and closes
+	// the file; the mounted root does not need it.
+	IDMap *os.File
 }
 
 // Changes is a Backend that keeps each root's writes apart from its
@@ -101,4 +111,41 @@ type QuotaStatus struct {
 	// Releasing counts deleted roots whose accounting the kernel has not
 	// given back yet; their qgroups go once it has.
 	Releasing int `json:"releasing"`
+}
+
+// Volumes is a Backend that also keeps named volumes: writable trees that
+// belong to no sandbox, outlive the sandboxes that mount them and can be
+// mounted by several at once. Names follow the rules of template names.
+// Implementations are safe for concurrent use for distinct names.
+type Volumes interface {
+	// CreateVolume makes an empty volume and returns its host path. Its
+	// top directory is owned by opts.UID:opts.GID, mode 0755.
+	// opts.SizeBytes > 0 asks for a limit on the bytes written into it: a
+	// backend that cannot enforce one returns an error wrapping
+	// errdefs.ErrNotImplemented. An existing name returns an error
+	// wrapping errdefs.ErrAlreadyExists. A failed create leaves nothing.
+	CreateVolume(ctx context.Context, name string, opts VolumeOptions) (string, error)
+	// CopyVolume makes volume dst a copy of volume src, which must not be
+	// written meanwhile, with src's size limit; backends that can make it
+	// copy-on-write (a snapshot, reflinks). A missing src returns an
+	// error wrapping errdefs.ErrNotFound.
+	CopyVolume(ctx context.Context, src, dst string) (string, error)
+	// DeleteVolume removes a volume and everything in it. Idempotent.
+	DeleteVolume(ctx context.Context, name string) error
+	// Volumes lists the names of the volumes, sorted.
+	Volumes(ctx context.Context) ([]string, error)
+	// VolumePath is the host path of a volume (whether or not it exists).
+	VolumePath(name string) string
+	// VolumeUsage returns the bytes a volume takes, as well as the backend
+	// can tell cheaply: its quota accounting where it has one, otherwise
+	// a walk of the tree.
+	VolumeUsage(ctx context.Context, name string) (int64, error)
+}
+
+// VolumeOptions tune one volume.
+type VolumeOptions struct {
+	// SizeBytes limits the bytes written into the volume; 0 is no limit.
+	SizeBytes int64
+	// UID and GID own the volume's top directory.
+	UID, GID uint32
 }

@@ -80,7 +80,7 @@ func StaticBinary(t testing.TB, pkg string) string {
 // binDir returns the directory for this test process's binaries,
 // corral-bin-<pid> in the temporary directory, after removing those of
 // processes that are gone: a test process cannot remove its own at exit
-// (tests share it; no package-wide cleanup exists), and each is 25 MB.
+// (tests share it; no package-wide cleanup exists), and binaries are big.
 func binDir() (string, error) {
 	old, _ := filepath.Glob(filepath.Join(os.TempDir(), "corral-bin-*"))
 	for _, d := range old {

@@ -1,5 +1,5 @@
 package testutil
 
-import "github.com/corralrun/corral/internal/template"
+import "github.com/corralrun/corral/internal/rootfs"
 
-func fillBusybox(dir string) error { return template.FillBusybox(dir, "") }
+func fillBusybox(dir string) error { return rootfs.FillBusybox(dir, "") }

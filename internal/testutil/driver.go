@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/corralrun/corral/internal/reaper"
+	"github.com/corralrun/corral/internal/subreaper"
 )
 
 // SubreaperMain runs the tests of m and exits. As root it first makes the
@@ -47,7 +47,7 @@ func CgroupParent(t testing.TB) string {
 // cleanups registered later, such as the driver's Close. The root is on
 // the /run tmpfs, where the daemon keeps its drivers' roots (its run dir),
 // when /run is there.
-func DriverDeps(t testing.TB) (root string, rp *reaper.Reaper) {
+func DriverDeps(t testing.TB) (root string, rp *subreaper.Reaper) {
 	t.Helper()
 	dir := "/run/corral-test"
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -57,7 +57,7 @@ func DriverDeps(t testing.TB) (root string, rp *reaper.Reaper) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp = reaper.New(reaper.Options{})
+	rp = subreaper.New(subreaper.Options{})
 	rp.Start(context.Background())
 	t.Cleanup(func() {
 		rp.Close()

@@ -1,8 +1,8 @@
 package testutil
 
 import (
-	"bufio"
 	"errors"
+	"github.com/corralrun/corral/internal/mountinfo"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,56 +10,14 @@ import (
 	"testing"
 )
 
-// Mounts returns the mount points under dir (from /proc/self/mountinfo).
+// Mounts returns the mount points at or under dir (package mountinfo).
 func Mounts(t testing.TB, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	out, err := mountinfo.Under(dir)
 	if err != nil {
 		t.Fatalf("reading mountinfo: %v", err)
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
 	return out
-}
-
-func unescapeMount(s string) string {
-	// mountinfo escapes space, tab, newline and backslash as \ooo.
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // CgroupDirs returns the cgroup directories named name below parent in every

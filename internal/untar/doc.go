@@ -9,7 +9,7 @@
 // agent's plain file writes set modes with the same SetFileMode.
 //
 // It does not read the stream, decompress it or know about image layers:
-// callers (ExtractTar, internal/image's layer applier)
+// callers (ExtractTar, internal/ociimage's layer applier)
 // loop over tar.Reader themselves and add their own rules, such as OCI
 // whiteouts, before handing an entry to a Writer.
 package untar

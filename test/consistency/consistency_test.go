@@ -40,12 +40,12 @@ func TestSDKImportsNothingInternal(t *testing.T) {
 // agentInternal lists the internal packages the guest agent may link: the
 // agent runs inside every sandbox, so it carries nothing of the daemon.
 var agentInternal = map[string]bool{
-	"errdefs":   true,
-	"agentconn": true,
-	"seccomp":   true,
-	"untar":     true,
-	"wire":      true,
-	"agentd":    true,
+	"errdefs":      true,
+	"agentdialout": true,
+	"seccomp":      true,
+	"untar":        true,
+	"wire":         true,
+	"agentserver":  true,
 }
 
 // agentForbidden names module path prefixes the agent must never link:
@@ -133,6 +133,15 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"watch event", corral.WatchEvent{}, wire.WatchEvent{}},
 		{"pool", corral.Pool{}, server.PoolView{}},
 		{"pool options", corral.PoolOptions{}, server.PoolRequest{}},
+		{"volume", corral.Volume{}, sandbox.Volume{}},
+		{"fork options", corral.ForkOptions{}, server.ForkRequest{}},
+		{"snapshot options", corral.SnapshotOptions{}, server.SnapshotRequest{}},
+		{"snapshot", corral.Snapshot{}, server.SnapshotView{}},
+		{"mount", corral.Mount{}, server.Mount{}},
+		{"pull options", corral.PullOptions{}, server.PullRequest{}},
+		{"service", corral.Service{}, sandbox.Service{}},
+		{"ready check", corral.ReadyCheck{}, wire.ReadyCheck{}},
+		{"service status", corral.ServiceStatus{}, wire.ServiceStatus{}},
 	}
 	for _, p := range pairs {
 		t.Run(p.name, func(t *testing.T) {

@@ -1,8 +1,8 @@
 // Package e2bcompat checks that the official e2b SDK, installed from the
 // npm registry, runs against Corral's E2B facade: Node scripts written
 // only against the SDK's public API run against a live daemon (runc or
-// gVisor, and real storage) with nothing set but E2B_API_URL, E2B_SANDBOX_URL and
-// E2B_API_KEY. A Go test speaks the binary protobuf encoding with the
+// gVisor, and real storage) with nothing set but E2B_API_URL, E2B_SANDBOX_URL,
+// E2B_VOLUME_API_URL and E2B_API_KEY. A Go test speaks the binary protobuf encoding with the
 // message descriptors shipped inside the same SDK package.
 package e2bcompat
 
@@ -29,7 +29,7 @@ const sdkVersion = "2.51.0"
 // harness is a daemon with the E2B facade, and the e2b SDK installed.
 type harness struct {
 	*daemontest.Daemon
-	url    string // E2B_API_URL and E2B_SANDBOX_URL
+	url    string // E2B_API_URL, E2B_SANDBOX_URL and E2B_VOLUME_API_URL
 	apiKey string
 	sdkDir string // holds node_modules/e2b
 }
@@ -123,14 +123,14 @@ func (h *harness) node(t *testing.T, script string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script)
 	cmd.Dir = dir
-	// Only the three variables of the docs point the SDK at Corral; no
+	// Only the variables of the docs point the SDK at Corral; no
 	// E2B_DEBUG, E2B_DOMAIN or other setting of the caller leaks in.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "E2B_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "E2B_API_URL="+h.url, "E2B_SANDBOX_URL="+h.url, "E2B_API_KEY="+h.apiKey)
+	cmd.Env = append(cmd.Env, "E2B_API_URL="+h.url, "E2B_SANDBOX_URL="+h.url, "E2B_VOLUME_API_URL="+h.url, "E2B_API_KEY="+h.apiKey)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

@@ -20,8 +20,8 @@ import (
 	corral "github.com/corralrun/corral/sdk"
 )
 
-// TestAdmissionUnderLoad is issue 7's check: 200 concurrent creates
-// against a capacity of 50. Every request either succeeds or gets a clean
+// TestAdmissionUnderLoad makes 200 concurrent creates against a capacity
+// of 50. Every request either succeeds or gets a clean
 // 503 with a retry hint, exactly the capacity is created, and after the
 // sandboxes are deleted nothing is left.
 func TestAdmissionUnderLoad(t *testing.T) {

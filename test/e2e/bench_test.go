@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/rootfs"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -161,7 +161,7 @@ func bareBundle(b testing.TB) string {
 		os.RemoveAll(dir)
 		os.RemoveAll(filepath.Join("/run/corral-test", filepath.Base(dir)))
 	})
-	if err := template.FillBusybox(filepath.Join(dir, "rootfs"), ""); err != nil {
+	if err := rootfs.FillBusybox(filepath.Join(dir, "rootfs"), ""); err != nil {
 		b.Fatal(err)
 	}
 	if out, err := exec.Command("runc", "spec", "-b", dir).CombinedOutput(); err != nil {

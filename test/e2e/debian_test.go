@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corralrun/corral/internal/network/nettest"
+	"github.com/corralrun/corral/internal/testutil"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -58,7 +60,7 @@ func TestDefaultTemplate(t *testing.T) {
 			}
 		})
 	}
-	// Issue 6's check, with the template's real curl: an allowed name is
+	// The egress check, with the template's real curl: an allowed name is
 	// reached over HTTPS (through the proxy that the daemon's HTTPS_PROXY
 	// names; -k because the test's server has a certificate of the test's
 	// own CA), another name or an address is refused with a clear error.
@@ -78,6 +80,43 @@ func TestDefaultTemplate(t *testing.T) {
 	d.execOut(t, sb.ID, "echo mine > /root/f")
 	if out, res := d.execOut(t, other.ID, "cat /root/f 2>&1 || true"); strings.Contains(out, "mine") || res.ExitCode != 0 {
 		t.Fatalf("sandbox sees another sandbox's file: %q", out)
+	}
+	checkPythonService(t, d)
+}
+
+// checkPythonService gives the default template a service, the template's
+// own Python serving HTTP, set with the CLI: sandboxes on runc and gVisor
+// are running only once the server answers. A Python that never listens
+// fails the create with its output. The service is removed again.
+func checkPythonService(t *testing.T, d *daemon) {
+	testutil.RequiresBinary(t, "runsc")
+	serve := []string{"template", "service", "default", "--start",
+		"mkdir -p /tmp/www && cat /proc/sys/kernel/hostname > /tmp/www/id && exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www",
+		"--ready-url", "http://127.0.0.1:8000/id"}
+	if _, errOut, code := d.corral(serve...); code != 0 {
+		t.Fatalf("corral template service: %d %q", code, errOut)
+	}
+	t.Cleanup(func() { d.corral("template", "service", "default", "--clear") })
+	for _, rt := range []string{"runc", "gvisor"} {
+		sb := d.create(t, corral.CreateOptions{Template: "default", Runtime: rt})
+		// The ready check passed, so the first request finds the server.
+		got, res := d.execOut(t, sb.ID, `python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:8000/id").read().decode().strip())'`)
+		if res.ExitCode != 0 || got != sb.ID+"\n" {
+			t.Errorf("%s: the Python service answers %q (exit %d), want the sandbox's hostname", rt, got, res.ExitCode)
+		}
+		if st, err := d.Client.SandboxService(t.Context(), sb.ID); err != nil || st.State != corral.ServiceReady {
+			t.Errorf("%s: service status %+v, %v; want ready", rt, st, err)
+		}
+	}
+	never := []string{"template", "service", "default", "--start", "echo no port here; exec python3 -c 'import time; time.sleep(600)'",
+		"--ready-port", "8000", "--ready-timeout", "2s"}
+	if _, errOut, code := d.corral(never...); code != 0 {
+		t.Fatalf("corral template service: %d %q", code, errOut)
+	}
+	_, err := d.Client.Create(t.Context(), corral.CreateOptions{Template: "default"})
+	var e *corral.Error
+	if !errors.As(err, &e) || e.Code != corral.CodeFailedPrecondition || !strings.Contains(e.Message, "no port here") {
+		t.Errorf("create with a Python that never listens: %v, want failed_precondition with its output", err)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/rootfs"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -144,7 +144,7 @@ func dirLayer(t *testing.T, dir string) v1.Layer {
 func busyboxLayer(t *testing.T) v1.Layer {
 	t.Helper()
 	dir := t.TempDir()
-	if err := template.FillBusybox(dir, ""); err != nil {
+	if err := rootfs.FillBusybox(dir, ""); err != nil {
 		t.Fatal(err)
 	}
 	return dirLayer(t, dir)

@@ -66,7 +66,7 @@ func (w *netWorld) sh(t *testing.T, id, script string) (string, int) {
 	return out, res.ExitCode
 }
 
-// TestNetworkAllowlist is the issue's check: with an allowlist naming
+// TestNetworkAllowlist: with an allowlist naming
 // example.test, `corral run` reaches the test's own server by name, and
 // every other name or address fails with a clear error.
 func TestNetworkAllowlist(t *testing.T) {

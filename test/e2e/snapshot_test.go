@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralrun/corral/internal/template"
+	"github.com/corralrun/corral/internal/rootfs"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -167,7 +167,7 @@ func TestSnapshotRunc(t *testing.T) {
 // restores with the data it was taken with.
 func TestSnapshotDurability(t *testing.T) {
 	// The kill comes within window of the request: about twice what a
-	// snapshot takes on this machine, so that some finish and most do not.
+	// snapshot usually takes, so that some finish and most do not.
 	t.Run("runc", func(t *testing.T) { snapshotDurability(t, startDaemon(t, e2eStorage), "runc", 300*time.Millisecond) })
 	t.Run("gvisor", func(t *testing.T) { snapshotDurability(t, startGVisorDaemon(t), "gvisor", 1500*time.Millisecond) })
 }
@@ -230,7 +230,7 @@ func importPythonTemplate(t testing.TB, d *daemon, name string) {
 	}
 	lib := "/usr/lib/" + filepath.Base(py)
 	dir := t.TempDir()
-	if err := template.FillBusybox(dir, ""); err != nil {
+	if err := rootfs.FillBusybox(dir, ""); err != nil {
 		t.Fatal(err)
 	}
 	files := []string{py, lib + "/os.py"}

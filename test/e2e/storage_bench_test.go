@@ -13,8 +13,8 @@ import (
 // first byte of `echo hi` on every backend in turn, each followed by its
 // delete and a bare `runc run` of the same rootfs, as in
 // BenchmarkColdStart. Backends measured one after the other see different
-// host noise (on this VM the bare runc p50 moved by 4 ms between the two
-// halves of one BenchmarkColdStart run); interleaved, they see the same.
+// host noise, which can exceed the difference between them; interleaved,
+// they see the same.
 // It reports each backend's p50 and p99 and its ratio to bare runc.
 //
 //	go test -run '^$' -bench ColdStartStorages -benchtime 60x ./test/e2e

@@ -39,6 +39,9 @@ type daemon struct {
 	// a host file (secretFile) that no sandbox may read.
 	secret     string
 	secretFile string
+	// allowed is the one directory the daemon mounts from
+	// (--allow-mount); the secret file lies outside it.
+	allowed string
 }
 
 func randHex(n int) string {
@@ -67,10 +70,16 @@ func startDaemon(t testing.TB, extra ...string) *daemon {
 	t.Helper()
 	requireHost(t)
 	secret := "corral-secret-" + randHex(16)
+	allowed, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--allow-mount", allowed}, extra...)
 	d := &daemon{
-		Daemon: daemontest.New(t, daemontest.Options{Name: "hostile", Storage: "btrfs", Args: extra,
+		Daemon: daemontest.New(t, daemontest.Options{Name: "hostile", Storage: "btrfs", Args: args,
 			Env: []string{"CORRAL_TEST_SECRET=" + secret}}),
-		secret: secret,
+		secret:  secret,
+		allowed: allowed,
 	}
 	d.secretFile = filepath.Join(d.Base, "host-secret")
 	if err := os.WriteFile(d.secretFile, []byte(d.secret+"\n"), 0o644); err != nil {
@@ -299,8 +308,8 @@ func (s *suite) neighbourLatency(t *testing.T, n int) []time.Duration {
 // neighbourP99 measures the neighbour's exec round trip p99 over 100
 // execs, up to three times while the best stays above budget, and returns
 // the best round. A workload that starves the neighbour fails every
-// round; a burst of load from outside the test (a shared CI machine)
-// rarely spoils three in a row.
+// round; a burst of load from outside the test (a shared machine) rarely
+// spoils three in a row.
 func (s *suite) neighbourP99(t *testing.T, budget time.Duration) (best time.Duration, rounds []string) {
 	t.Helper()
 	for range 3 {
@@ -320,7 +329,7 @@ func (s *suite) neighbourP99(t *testing.T, budget time.Duration) (best time.Dura
 // latencyLimit measures the neighbour at rest, just before an attack,
 // and returns the p99 the attack must stay under: the budget on a quiet
 // machine. When the machine is already busy without the attack (p99 at
-// rest above half the budget: other test packages run alongside in CI),
+// rest above half the budget: other test packages may run alongside),
 // the absolute number says nothing about the sandbox, and the attack may
 // add no more than the budget on top of what the machine does anyway.
 func (s *suite) latencyLimit(t *testing.T, budget time.Duration) time.Duration {

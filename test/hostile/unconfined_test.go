@@ -31,8 +31,8 @@ func writeSpec(name string, s *specs.Spec) error {
 }
 
 // allCaps is every capability up to CAP_CHECKPOINT_RESTORE (40) except
-// CAP_SYS_RESOURCE, which host root itself lacks on the machines this
-// runs on (DESIGN.md §3), so runc could not grant it.
+// CAP_SYS_RESOURCE, which host root itself may lack (a host that is itself
+// a container without it), and runc cannot grant what it lacks.
 var allCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",

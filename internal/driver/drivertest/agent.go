@@ -7,19 +7,19 @@ import (
 	"net"
 	"strings"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/wire"
 )
 
-// agentClient wraps the agent client (package agent) with the few calls
+// agentClient wraps the agent client (package agentclient) with the few calls
 // the suite makes; every connection comes from the driver's DialAgent.
 type agentClient struct {
-	c *agent.Client
+	c *agentclient.Client
 }
 
 func newAgentClient(d driver.Driver, id string) *agentClient {
-	return &agentClient{c: agent.New(func(ctx context.Context) (net.Conn, error) {
+	return &agentClient{c: agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		return d.DialAgent(ctx, id)
 	})}
 }

@@ -11,17 +11,13 @@ package drivertest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/corralrun/corral/internal/driver"
-	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/testutil"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -51,6 +47,9 @@ type Features struct {
 	// threads (81, and later 97, tasks were counted against a limit of 64
 	// under CI load).
 	PidsOvershoot int64
+	// Mounts: the driver binds Spec.Mounts into the sandbox, read-only
+	// ones read-only.
+	Mounts bool
 }
 
 // Harness adapts one driver to the suite.
@@ -71,6 +70,23 @@ type Harness struct {
 	CgroupParent string
 	// Features the driver guarantees.
 	Features Features
+
+	// NewWithAgent returns a driver like New's whose sandboxes run the
+	// program at agent as their agent, set up for start failure f (its
+	// Timeout and BreakRuntime). Nil skips the FailedStart cases, for a
+	// driver that runs no agent program.
+	NewWithAgent func(t *testing.T, agent string, f StartFailure) driver.Driver
+	// StartFailures are the ways the driver's start-up can fail, each a
+	// FailedStart case; they depend on its start-up protocol and timing.
+	StartFailures []StartFailure
+	// ErrorPrefix starts every error of a failed Create, followed by the
+	// sandbox ID and ": ".
+	ErrorPrefix string
+	// NothingLeft checks, after a failed Create of id with root file
+	// system rootfs, what only the driver knows of (state and sandbox
+	// directories, mounts, listeners, runtime processes); the suite
+	// itself checks List, cgroups and processes. Nil checks nothing more.
+	NothingLeft func(t *testing.T, d driver.Driver, id, rootfs string)
 }
 
 // Run runs every conformance case as a subtest of t, one after another.
@@ -82,6 +98,7 @@ func Run(t *testing.T, h Harness) {
 		{"Lifecycle", testLifecycle},
 		{"CreateDuplicate", testCreateDuplicate},
 		{"FailedCreate", testFailedCreate},
+		{"CreateRejects", testCreateRejects},
 		{"MemoryLimit", testMemoryLimit},
 		{"PidsLimit", testPidsLimit},
 		{"Isolation", testIsolation},
@@ -89,12 +106,15 @@ func Run(t *testing.T, h Harness) {
 		{"PauseResume", testPauseResume},
 		{"ErrorKinds", testErrorKinds},
 		{"CheckpointRestore", testCheckpointRestore},
+		{"Mounts", testMounts},
+		{"MountOverSymlink", testMountOverSymlink},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.fn(t, newSuite(t, h))
+			c.fn(t, newSuiteWith(t, h, h.New(t)))
 		})
 	}
+	t.Run("FailedStart", func(t *testing.T) { testFailedStarts(t, h) })
 }
 
 // suite is the state of one case: its driver, the sandboxes and root file
@@ -108,10 +128,12 @@ type suite struct {
 	rootfss []string
 }
 
-func newSuite(t *testing.T, h Harness) *suite {
-	s := &suite{h: h, d: h.New(t)}
-	// Registered after New, so it runs before the harness's own cleanup
-	// closes the driver.
+// newSuiteWith returns the state of a case run on d, a driver that the
+// harness just made.
+func newSuiteWith(t *testing.T, h Harness, d driver.Driver) *suite {
+	s := &suite{h: h, d: d}
+	// Registered after d was made, so it runs before the harness's own
+	// cleanup closes the driver.
 	t.Cleanup(func() { s.cleanup(t) })
 	return s
 }
@@ -217,419 +239,4 @@ func (s *suite) wantStatus(t *testing.T, id string, want driver.Status) {
 	if err != nil || got != want {
 		t.Fatalf("Status(%s) = %q, %v; want %q, nil", id, got, err, want)
 	}
-}
-
-func testLifecycle(t *testing.T, s *suite) {
-	ctx := t.Context()
-	id := s.create(t, "life", driver.Resources{MemoryBytes: 128 << 20, MilliCPUs: 1000, Pids: 256})
-	s.wantStatus(t, id, driver.StatusRunning)
-
-	h, err := s.agent(t, id).health(ctx)
-	if err != nil || !h.OK {
-		t.Fatalf("agent health = %+v, %v; want ok", h, err)
-	}
-	res := s.sh(t, id, "echo hi")
-	if res.stdout != "hi\n" || res.exitCode != 0 {
-		t.Fatalf("echo hi gave stdout %q exit %d, stderr %q", res.stdout, res.exitCode, res.stderr)
-	}
-	if res := s.sh(t, id, "exit 7"); res.exitCode != 7 {
-		t.Errorf("exit 7 reported exit code %d", res.exitCode)
-	}
-	st, err := s.d.Stats(ctx, id)
-	if err != nil {
-		t.Fatalf("Stats(%s): %v", id, err)
-	}
-	if s.h.Features.Limits && (st.MemoryBytes <= 0 || st.CPUUsageNanos <= 0 || st.Pids < 1) {
-		t.Errorf("Stats(%s) = %+v; want memory, CPU and pids above zero", id, st)
-	}
-	ids, err := s.d.List(ctx)
-	if err != nil || !slices.Contains(ids, id) {
-		t.Errorf("List() = %v, %v; want it to contain %s", ids, err, id)
-	}
-
-	if err := s.d.Delete(ctx, id); err != nil {
-		t.Fatalf("Delete(%s): %v", id, err)
-	}
-	s.wantStatus(t, id, driver.StatusUnknown)
-	if err := s.d.Delete(ctx, id); err != nil {
-		t.Errorf("second Delete(%s) = %v, want nil", id, err)
-	}
-	if ids, err := s.d.List(ctx); err != nil || slices.Contains(ids, id) {
-		t.Errorf("List() after delete = %v, %v; want no %s", ids, err, id)
-	}
-	if c, err := s.d.DialAgent(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
-		if c != nil {
-			c.Close()
-		}
-		t.Errorf("DialAgent after delete = %v, want ErrNotFound", err)
-	}
-	if _, err := s.d.Stats(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("Stats after delete = %v, want ErrNotFound", err)
-	}
-	if err := s.d.Delete(ctx, "never-created"); err != nil {
-		t.Errorf("Delete of an unknown id = %v, want nil", err)
-	}
-}
-
-func testCreateDuplicate(t *testing.T, s *suite) {
-	id := s.create(t, "dup", driver.Resources{})
-	err := s.d.Create(t.Context(), driver.Spec{ID: id, RootFS: s.rootfs(t)})
-	if !errors.Is(err, errdefs.ErrAlreadyExists) {
-		t.Fatalf("second Create(%s) = %v, want ErrAlreadyExists", id, err)
-	}
-	// The failed duplicate must not have harmed the original.
-	s.wantStatus(t, id, driver.StatusRunning)
-	if res := s.sh(t, id, "echo still"); res.stdout != "still\n" {
-		t.Errorf("original sandbox after duplicate create: stdout %q", res.stdout)
-	}
-}
-
-func testFailedCreate(t *testing.T, s *suite) {
-	ctx := t.Context()
-	id := s.newID("fail")
-	missing := s.rootfs(t) + "/does-not-exist"
-	if err := s.d.Create(ctx, driver.Spec{ID: id, RootFS: missing}); err == nil {
-		t.Fatalf("Create with a missing root file system succeeded")
-	}
-	if ids, err := s.d.List(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("List() after failed create = %v, %v; want empty", ids, err)
-	}
-	if s.h.CgroupParent != "" {
-		if dirs := testutil.CgroupDirs(t, s.h.CgroupParent); len(dirs) != 0 {
-			t.Fatalf("cgroups left by failed create: %v", dirs)
-		}
-	}
-	s.wantStatus(t, id, driver.StatusUnknown)
-	// Nothing of the failed attempt blocks the ID.
-	if err := s.d.Create(ctx, driver.Spec{ID: id, RootFS: s.rootfs(t)}); err != nil {
-		t.Fatalf("Create(%s) after a failed create: %v", id, err)
-	}
-}
-
-func testMemoryLimit(t *testing.T, s *suite) {
-	if !s.h.Features.Limits {
-		t.Skip("driver does not declare Features.Limits")
-	}
-	id := s.create(t, "mem", driver.Resources{MemoryBytes: 32 << 20})
-	// dd allocates its whole block before it reads: 200 MB > 32 MiB.
-	const dd = "dd if=/dev/zero of=/dev/null bs=200M count=1"
-	if s.h.Features.OOMKillsInstance {
-		testInstanceOOM(t, s, id, dd)
-		return
-	}
-	res := s.sh(t, id, dd)
-	if res.exitCode == 0 {
-		t.Fatalf("allocating 200 MB under a 32 MiB limit succeeded: %+v", res)
-	}
-	st, err := s.d.Stats(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("dd under a 32 MiB limit: exit %d signal %q oom %v; stats %+v", res.exitCode, res.signal, res.oomKilled, st)
-	if st.OOMKills < 1 {
-		t.Errorf("Stats.OOMKills = %d after an OOM kill, want >= 1 (exec result %+v)", st.OOMKills, res)
-	}
-	// The agent survives: the kernel kills the biggest process.
-	if res := s.sh(t, id, "echo alive"); res.stdout != "alive\n" {
-		t.Errorf("sandbox after OOM: stdout %q", res.stdout)
-	}
-}
-
-// testInstanceOOM runs script, which allocates past sandbox id's memory
-// limit, in a driver whose instances die of that as a whole.
-func testInstanceOOM(t *testing.T, s *suite, id, script string) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	res, err := s.agent(t, id).exec(ctx, wire.ExecRequest{Shell: script})
-	if err == nil && res.exitCode == 0 {
-		t.Fatalf("allocating 200 MB under a 32 MiB limit succeeded: %+v", res)
-	}
-	t.Logf("allocation under a 32 MiB limit: %+v, %v", res, err)
-	WaitStatus(t, s.d, id, driver.StatusStopped, 10*time.Second)
-	st, err := s.d.Stats(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.OOMKills < 1 {
-		t.Errorf("Stats.OOMKills = %d after an OOM kill, want >= 1", st.OOMKills)
-	}
-	if c, ok := s.d.(driver.OOMCounter); ok {
-		if n, err := c.OOMKills(t.Context(), id); err != nil || n != st.OOMKills {
-			t.Errorf("OOMKills = %d, %v; want Stats.OOMKills %d", n, err, st.OOMKills)
-		}
-	}
-	if err := s.d.Delete(t.Context(), id); err != nil {
-		t.Fatalf("Delete of an instance killed by OOM: %v", err)
-	}
-	s.wantStatus(t, id, driver.StatusUnknown)
-}
-
-func testPidsLimit(t *testing.T, s *suite) {
-	if !s.h.Features.Limits {
-		t.Skip("driver does not declare Features.Limits")
-	}
-	const limit = 64
-	id := s.create(t, "pids", driver.Resources{Pids: limit})
-	res := s.sh(t, id, `i=0; while [ $i -lt 200 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all`)
-	if strings.Contains(res.stdout, "spawned all") {
-		t.Fatalf("started 200 processes under a pids limit of %d", limit)
-	}
-	st, err := s.d.Stats(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("fork loop under a pids limit of %d: exit %d stderr %q; stats %+v", limit, res.exitCode, res.stderr, st)
-	if st.Pids > limit+s.h.Features.PidsOvershoot || st.Pids < limit/2 {
-		t.Errorf("Stats.Pids = %d, want close to the limit %d", st.Pids, limit)
-	}
-}
-
-func testIsolation(t *testing.T, s *suite) {
-	ctx := t.Context()
-	a := s.create(t, "iso-a", driver.Resources{})
-	b := s.create(t, "iso-b", driver.Resources{})
-	if err := s.agent(t, a).writeFile(ctx, "/tmp/marker", []byte("secret")); err != nil {
-		t.Fatalf("writing a file in %s: %v", a, err)
-	}
-	if got, err := s.agent(t, a).readFile(ctx, "/tmp/marker"); err != nil || string(got) != "secret" {
-		t.Fatalf("reading the file back in %s = %q, %v", a, got, err)
-	}
-	if _, err := s.agent(t, b).readFile(ctx, "/tmp/marker"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("reading %s's file in %s = %v, want ErrNotFound", a, b, err)
-	}
-	if !s.h.Features.ProcessIsolation {
-		t.Skip("driver does not declare Features.ProcessIsolation")
-	}
-	s.sh(t, a, "sleep 4242 >/dev/null 2>&1 &")
-	if res := s.sh(t, a, "ps"); !strings.Contains(res.stdout, "sleep 4242") {
-		t.Fatalf("ps in %s does not show its own process:\n%s", a, res.stdout)
-	}
-	if res := s.sh(t, b, "ps"); strings.Contains(res.stdout, "sleep 4242") {
-		t.Errorf("ps in %s shows %s's process:\n%s", b, a, res.stdout)
-	}
-	if res := s.sh(t, b, "hostname"); res.stdout != "iso-b\n" {
-		t.Errorf("hostname in %s = %q, want iso-b", b, res.stdout)
-	}
-}
-
-func testConcurrentCreates(t *testing.T, s *suite) {
-	const n = 5
-	ids := make([]string, n)
-	specs := make([]driver.Spec, n)
-	for i := range ids {
-		ids[i] = s.newID(fmt.Sprintf("conc%d", i))
-		specs[i] = driver.Spec{ID: ids[i], RootFS: s.rootfs(t), Resources: driver.Resources{MemoryBytes: 64 << 20}}
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range ids {
-		wg.Go(func() { errs[i] = s.d.Create(t.Context(), specs[i]) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("Create(%s): %v", ids[i], err)
-		}
-	}
-	if t.Failed() {
-		return
-	}
-	for _, id := range ids {
-		if res := s.sh(t, id, "hostname"); res.exitCode != 0 {
-			t.Errorf("exec in %s: %+v", id, res)
-		}
-	}
-	for i := range ids {
-		wg.Go(func() { errs[i] = s.d.Delete(t.Context(), ids[i]) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("Delete(%s): %v", ids[i], err)
-		}
-	}
-}
-
-func testPauseResume(t *testing.T, s *suite) {
-	p, ok := s.d.(driver.Pauser)
-	if !ok {
-		if s.d.Capabilities().Pause {
-			t.Fatal("Capabilities().Pause is true but the driver is not a driver.Pauser")
-		}
-		t.Skip("driver does not implement driver.Pauser")
-	}
-	if !s.d.Capabilities().Pause {
-		t.Error("driver implements driver.Pauser but Capabilities().Pause is false")
-	}
-	ctx := t.Context()
-	id := s.create(t, "pause", driver.Resources{})
-	if err := p.Pause(ctx, id); err != nil {
-		t.Fatalf("Pause(%s): %v", id, err)
-	}
-	s.wantStatus(t, id, driver.StatusPaused)
-	if s.h.Features.Freeze {
-		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		_, err := s.agent(t, id).exec(short, wire.ExecRequest{Shell: "echo frozen"})
-		cancel()
-		if err == nil {
-			t.Errorf("exec in a paused sandbox completed")
-		}
-	}
-	if err := p.Resume(ctx, id); err != nil {
-		t.Fatalf("Resume(%s): %v", id, err)
-	}
-	s.wantStatus(t, id, driver.StatusRunning)
-	if res := s.sh(t, id, "echo thawed"); res.stdout != "thawed\n" {
-		t.Errorf("exec after resume: stdout %q", res.stdout)
-	}
-	// Deleting a paused sandbox works too.
-	if err := p.Pause(ctx, id); err != nil {
-		t.Fatalf("second Pause(%s): %v", id, err)
-	}
-	if err := s.d.Delete(ctx, id); err != nil {
-		t.Fatalf("Delete of a paused sandbox: %v", err)
-	}
-	s.wantStatus(t, id, driver.StatusUnknown)
-}
-
-// testErrorKinds checks the errdefs kinds of the optional abilities:
-// ErrNotFound for an unknown instance, ErrFailedPrecondition for a state
-// that does not allow the call.
-func testErrorKinds(t *testing.T, s *suite) {
-	ctx := t.Context()
-	id := s.create(t, "kinds", driver.Resources{})
-	if p, ok := s.d.(driver.Pauser); ok {
-		if err := p.Pause(ctx, "never-created"); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("Pause(unknown) = %v, want ErrNotFound", err)
-		}
-		if err := p.Resume(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-			t.Errorf("Resume(running) = %v, want ErrFailedPrecondition", err)
-		}
-	}
-	if u, ok := s.d.(driver.Updater); ok {
-		if err := u.Update(ctx, "never-created", driver.Resources{}); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("Update(unknown) = %v, want ErrNotFound", err)
-		}
-	}
-	if c, ok := s.d.(driver.Checkpointer); ok {
-		if err := c.Checkpoint(ctx, "never-created", t.TempDir(), true); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("Checkpoint(unknown) = %v, want ErrNotFound", err)
-		}
-	}
-}
-
-// counterLoop is a background process whose state is in memory: its
-// counter i, mirrored into /tmp/c ten times a second. The file is replaced
-// at once each time: "echo > /tmp/c" truncates it first, and a read could
-// fall in between.
-const counterLoop = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done"
-
-func testCheckpointRestore(t *testing.T, s *suite) {
-	cp, ok := s.d.(driver.Checkpointer)
-	if !ok {
-		if s.d.Capabilities().Checkpoint {
-			t.Fatal("Capabilities().Checkpoint is true but the driver is not a driver.Checkpointer")
-		}
-		t.Skip("driver does not implement driver.Checkpointer")
-	}
-	if !s.d.Capabilities().Checkpoint {
-		t.Error("driver implements driver.Checkpointer but Capabilities().Checkpoint is false")
-	}
-	if s.h.CopyRootFS == nil {
-		t.Skip("harness cannot copy root file systems (Harness.CopyRootFS)")
-	}
-	ctx := t.Context()
-	orig := s.newID("ckpt")
-	root := s.rootfs(t)
-	r := driver.Resources{MemoryBytes: 256 << 20, Pids: 128}
-	if err := s.d.Create(ctx, driver.Spec{ID: orig, RootFS: root, Hostname: "ckpt", Resources: r}); err != nil {
-		t.Fatalf("Create(%s): %v", orig, err)
-	}
-	a := s.agent(t, orig)
-	if err := a.writeFile(ctx, "/root/before", []byte("written before")); err != nil {
-		t.Fatal(err)
-	}
-	proc, err := a.c.StartProcess(ctx, wire.StartRequest{ExecRequest: wire.ExecRequest{Shell: counterLoop}})
-	if err != nil {
-		t.Fatalf("starting the counter: %v", err)
-	}
-	counter := func(id string) int {
-		t.Helper()
-		b, err := s.agent(t, id).readFile(ctx, "/tmp/c")
-		if err != nil {
-			t.Fatalf("reading the counter in %s: %v", id, err)
-		}
-		var n int
-		if _, err := fmt.Sscan(string(b), &n); err != nil {
-			t.Fatalf("counter in %s is %q", id, b)
-		}
-		return n
-	}
-	time.Sleep(time.Second)
-	atCheckpoint := counter(orig)
-
-	image := t.TempDir()
-	t0 := time.Now()
-	if err := cp.Checkpoint(ctx, orig, image, true); err != nil {
-		t.Fatalf("Checkpoint(%s): %v", orig, err)
-	}
-	checkpointed := time.Since(t0)
-	s.wantStatus(t, orig, driver.StatusRunning)
-	// Two copies, each from its own copy of the root.
-	copies := []string{s.newID("copy1"), s.newID("copy2")}
-	var restores []time.Duration
-	for _, id := range copies {
-		croot := s.h.CopyRootFS(t, root)
-		s.mu.Lock()
-		s.rootfss = append(s.rootfss, croot)
-		s.mu.Unlock()
-		t1 := time.Now()
-		if err := cp.Restore(ctx, id, driver.Spec{RootFS: croot, Hostname: id, Resources: r}, image); err != nil {
-			t.Fatalf("Restore(%s): %v", id, err)
-		}
-		restores = append(restores, time.Since(t1))
-		s.wantStatus(t, id, driver.StatusRunning)
-	}
-	t.Logf("checkpoint (leave running) %v, restores %v", checkpointed, restores)
-	for _, id := range append([]string{orig}, copies...) {
-		if n := counter(id); n < atCheckpoint {
-			t.Errorf("counter in %s = %d, want it to continue from %d", id, n, atCheckpoint)
-		}
-		if b, err := s.agent(t, id).readFile(ctx, "/root/before"); err != nil || string(b) != "written before" {
-			t.Errorf("file written before the checkpoint in %s: %q, %v", id, b, err)
-		}
-		// The counter is the same process, with the same PID, everywhere.
-		if p, err := s.agent(t, id).c.Process(ctx, proc.PID); err != nil || !p.Running {
-			t.Errorf("counter process %d in %s: %+v, %v", proc.PID, id, p, err)
-		}
-	}
-	// The copies diverge: stopping the counter in one leaves the others
-	// counting, and a file written in one is in no other.
-	if err := s.agent(t, copies[0]).c.Signal(ctx, proc.PID, "SIGKILL"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.agent(t, copies[0]).c.Wait(ctx, proc.PID); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.agent(t, copies[1]).writeFile(ctx, "/root/mine", []byte(copies[1])); err != nil {
-		t.Fatal(err)
-	}
-	stopped, running := counter(copies[0]), counter(copies[1])
-	time.Sleep(500 * time.Millisecond)
-	if n := counter(copies[0]); n != stopped {
-		t.Errorf("counter in %s moved from %d to %d after it was killed there", copies[0], stopped, n)
-	}
-	if n := counter(copies[1]); n <= running {
-		t.Errorf("counter in %s stayed at %d after it was killed in %s", copies[1], n, copies[0])
-	}
-	for _, id := range []string{orig, copies[0]} {
-		if _, err := s.agent(t, id).readFile(ctx, "/root/mine"); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("reading %s's file in %s = %v, want ErrNotFound", copies[1], id, err)
-		}
-	}
-	// Without leaveRunning the original stops.
-	if err := cp.Checkpoint(ctx, orig, t.TempDir(), false); err != nil {
-		t.Fatalf("Checkpoint(%s) without leaving it running: %v", orig, err)
-	}
-	s.wantStatus(t, orig, driver.StatusStopped)
 }

@@ -1,9 +1,10 @@
 // Package fake is a driver.Driver for fast unit tests of the Manager and
-// the API. Each sandbox is an in-process agent (agentd.Server) whose file
+// the API. Each sandbox is an in-process agent (agentserver.Server) whose file
 // operations are rooted in the sandbox's RootFS and whose processes run on
 // the host, served on a unix socket under Config.Root. It enforces no
-// limits and isolates no processes; tests inject failures through Config
-// hooks and inspect the calls the driver received.
+// limits, isolates no processes and binds no host directories (Spec keeps
+// the Mounts a sandbox was created with); tests inject failures through
+// Config hooks and inspect the calls the driver received.
 package fake
 
 import (
@@ -18,7 +19,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/corralrun/corral/internal/agentd"
+	"github.com/corralrun/corral/internal/agentserver"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 )
@@ -71,7 +72,7 @@ type box struct {
 	resources driver.Resources
 	stats     driver.Stats
 	sock      string
-	agent     *agentd.Server
+	agent     *agentserver.Server
 	server    *http.Server
 	served    chan struct{} // closed when the serving goroutine returns
 	stopOnce  sync.Once
@@ -119,8 +120,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			return fmt.Errorf("creating container %s: %w", spec.ID, err)
 		}
 	}
-	if spec.ID == "" || filepath.Base(spec.ID) != spec.ID || spec.ID[0] == '.' {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "creating container %s: invalid id", spec.ID)
+	// The real drivers' rule, so that tests above the driver see the
+	// same refusals.
+	if err := driver.CheckID(spec.ID); err != nil {
+		return fmt.Errorf("creating container %s: %w", spec.ID, err)
 	}
 	if fi, err := os.Stat(spec.RootFS); err != nil || !fi.IsDir() {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "creating container %s: root file system %q is not a directory", spec.ID, spec.RootFS)
@@ -152,7 +155,7 @@ func (b *box) start(log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listening for the agent: %w", err)
 	}
-	b.agent = agentd.NewServer(agentd.Options{Root: b.spec.RootFS, Version: "fake", Logger: log})
+	b.agent = agentserver.NewServer(agentserver.Options{Root: b.spec.RootFS, Version: "fake", Logger: log})
 	b.server = &http.Server{Handler: b.agent.Handler()}
 	b.served = make(chan struct{})
 	go func() {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
 	"github.com/corralrun/corral/internal/driver"
@@ -36,8 +37,9 @@ func TestConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Harness{
 		New:    func(t *testing.T) driver.Driver { return newDriver(t, Config{}) },
 		RootFS: func(t *testing.T) string { return t.TempDir() },
-		// The fake enforces no limits, isolates no processes and freezes
-		// nothing: those cases are skipped by declaration.
+		// The fake enforces no limits, isolates no processes, freezes
+		// nothing and binds no mounts: those cases are skipped by
+		// declaration.
 		Features: drivertest.Features{},
 	})
 }
@@ -99,4 +101,19 @@ func TestFailDeleteKeepsSandbox(t *testing.T) {
 		t.Errorf("Status after failed delete = %s, want running", st)
 	}
 	d.cfg.FailDelete = nil
+}
+
+func TestMountsRecorded(t *testing.T) {
+	d := newDriver(t, Config{})
+	ms := []driver.Mount{{Source: "/srv/data", Target: "/data", ReadOnly: true}, {Source: "/srv/out", Target: "/data/out"}}
+	if err := d.Create(t.Context(), driver.Spec{ID: "m", RootFS: t.TempDir(), Mounts: ms}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := d.Spec("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ms, spec.Mounts); diff != "" {
+		t.Errorf("Spec(m).Mounts (-want +got):\n%s", diff)
+	}
 }

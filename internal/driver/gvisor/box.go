@@ -37,6 +37,10 @@ const DefaultMountDir = "/run/corral-gvisor"
 // files: it could open none of them. Without a mapping the gofer is host
 // root and the box holds only the socket directory.
 //
+// Host directory mounts (Spec.Mounts) need no entry: runsc reaches the
+// sources of bind mounts with host root's access, whatever the ID
+// mapping, so a source in a directory only host root can search serves.
+//
 // boxMounts are the entries that may be mount points, in unmount order.
 var boxMounts = []string{"rootfs", "agent", "resolv.conf", "hosts"}
 

@@ -7,7 +7,7 @@
 // (OCI bundle config.json, the agent's output agent.log, the sandbox
 // process's pid file, and run/, the directory of the agent's socket),
 // runsc's state under <Root>/state, the sandbox's host cgroup, and one
-// agentconn.Listener. It never deletes the sandbox's root file system.
+// agentdialout.Listener. It never deletes the sandbox's root file system.
 // Like the runc driver it does not persist records, schedule or retry;
 // the Manager reconciles with List, Status and Delete.
 //
@@ -19,7 +19,7 @@
 // runs with --host-uds=open so that the sandbox may connect to host
 // sockets it can see, and the agent runs `corral agent
 // --dial=/.corral/run/agent.sock`. One yamux session carries every stream
-// (package agentconn); the agent client keeps its HTTP connections, and so
+// (package agentdialout); the agent client keeps its HTTP connections, and so
 // its streams, alive between requests, so a request costs no stream set-up.
 // The agent dials again whenever the session breaks, so a daemon restart
 // (New listens again for every sandbox) and a restore from a checkpoint (a
@@ -38,8 +38,8 @@
 // systrap stub processes as well as the workload's memory, so the driver
 // creates it itself, before runsc, with more than the sandbox asked for
 // (runsc uses a cgroup that exists and leaves its settings alone):
-// memory and memory+swap get Config.MemoryOverhead on top (64 MiB; an idle
-// sandbox's Sentry, gofer and agent take about 25 MiB of it), and
+// memory and memory+swap get Config.MemoryOverhead on top (room for the
+// Sentry, the gofer and the agent), and
 // pids.max is the requested limit times (host CPUs + 3) plus
 // Config.PidsOverhead: every guest address space is a host stub process
 // with up to GOMAXPROCS+1 threads, and a guest task blocked in a host
@@ -50,11 +50,10 @@
 // enforces itself (a fork past it fails with EAGAIN, as on Linux, where a
 // full host pids limit would crash the Sentry), and memory.limit_in_bytes,
 // which programs read to size themselves. Two gVisor behaviours bound
-// what that buys (measured, release-20260527.0): clones racing each other
+// what that buys: clones racing each other
 // get past pids.max for a moment, and systrap pools the stub process of
 // every address space it ever ran at once and never frees it, so a fork
-// bomb grows the host's task count (to about 1500-2100 within seconds,
-// whatever the limit inside) until the host backstop stops it, which
+// bomb grows the host's task count (whatever the limit inside) until the host backstop stops it, which
 // kills the Sentry: the bomb ends its own sandbox. gVisor has no
 // out-of-memory killer of its own either: going past the host memory
 // limit kills the whole sandbox (the host kernel's OOM killer picks the
@@ -71,7 +70,11 @@
 //
 // The spec is the runc driver's (capabilities, no_new_privs, rlimits, ID
 // mapping of templates with shifted owners), applied by gVisor inside its
-// kernel. The seccomp profile is compiled once, as for runc, and the agent
+// kernel. With Config.IDSlots each sandbox's mapping is a host ID range
+// of its own from the runc driver's slot table (ReserveIDs, idrange.go);
+// a restore may then run under another range than its checkpoint, which
+// runsc's spec validation would refuse, so it only warns (create.go).
+// The seccomp profile is compiled once, as for runc, and the agent
 // installs it inside gVisor, which runs seccomp filters for its processes
 // as Linux does; on the one thread it starts processes from
 // (--spawn-thread), as gVisor's cost of a filter grows with the threads
@@ -93,12 +96,10 @@
 //
 // # Cost
 //
-// Create is one `runsc run --detach` (about 250 ms on the 2-core reference
-// machine, almost all of it gVisor booting) plus the agent's connection
-// (about 5-30 ms); Delete one
-// `runsc delete`; Status, Pause, Resume one runsc call each (20-30 ms);
-// Stats reads cgroup files and asks the agent for the task count (half a
-// millisecond). An exec costs about 12-15 ms, nearly all of it gVisor
-// creating the process (a fork and exec inside gVisor takes about 10 ms
-// here), against 0.5 ms for a request that starts no process.
+// Create is one `runsc run --detach`, almost all of it gVisor booting,
+// plus the agent's connection; Delete one `runsc delete`; Status, Pause
+// and Resume one runsc call each; Stats reads cgroup files and asks the
+// agent for the task count. An exec costs nearly all its time in gVisor
+// creating the process; a request that starts no process is a round trip
+// to the agent. docs/BENCHMARKS.md has the figures.
 package gvisor

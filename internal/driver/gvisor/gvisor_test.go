@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/drivertest"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
@@ -88,7 +88,7 @@ func (e env) shiftedRootfs(t testing.TB) string {
 // execOnce runs a shell command through a new agent client and returns
 // its stdout and stderr.
 func execOnce(ctx context.Context, d driver.Driver, id, script string) (string, error) {
-	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
 	defer c.Close()
 	var out strings.Builder
 	err := c.Exec(ctx, wire.ExecRequest{Shell: script}, func(ev wire.ExecEvent) error {
@@ -115,7 +115,23 @@ func TestConformance(t *testing.T) {
 				CopyRootFS:   func(t *testing.T, src string) string { return copyTree(t, src) },
 				CgroupParent: e.cgroupParent,
 				Features: drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true,
-					OOMKillsInstance: true, PidsOvershoot: 48},
+					OOMKillsInstance: true, PidsOvershoot: 48, Mounts: true},
+				NewWithAgent: func(t *testing.T, agent string, f drivertest.StartFailure) driver.Driver {
+					return e.newDriver(t, func(c *Config) {
+						c.AgentPath = agent
+						if f.Timeout > 0 {
+							c.StartTimeout = f.Timeout
+						}
+						if f.BreakRuntime {
+							c.Platform = "nope"
+						}
+					})
+				},
+				StartFailures: startFailures,
+				ErrorPrefix:   "creating sandbox ",
+				NothingLeft: func(t *testing.T, d driver.Driver, _, _ string) {
+					checkNothingLeft(t, d.(*Driver), e)
+				},
 			})
 		})
 	}

@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,96 +79,17 @@ func zombies() []int {
 	return out
 }
 
-// TestCreateFailures starts agents that fail in each way they can and
-// checks the error and that nothing is left.
-func TestCreateFailures(t *testing.T) {
-	e := newEnv(t)
-	tests := []struct {
-		name    string
-		script  string
-		timeout time.Duration
-		cancel  time.Duration // cancel the context this long into Create
-		noRoot  bool
-		// platform is a runsc platform; an unknown one makes runsc fail.
-		platform string
-		want     string
-		wantErr  error
-	}{
-		{name: "exit before connecting", script: `echo "dying early" >&2; exit 3`, want: "dying early"},
-		{name: "timeout", script: `sleep 60`, timeout: time.Second, wantErr: context.DeadlineExceeded},
-		{name: "canceled while waiting", script: `sleep 60`, cancel: 700 * time.Millisecond, wantErr: context.Canceled},
-		{name: "canceled during runsc run", script: `sleep 60`, cancel: 10 * time.Millisecond, wantErr: context.Canceled},
-		{name: "agent not executable", script: "", want: "exec format error"},
-		{name: "missing root", script: "exec sleep 60", noRoot: true, want: "no such file or directory", wantErr: errdefs.ErrInvalidArgument},
-		{name: "runsc fails", script: "exec sleep 60", platform: "nope", want: "nope"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			agent := filepath.Join(t.TempDir(), "agent")
-			body := "#!/bin/sh\n" + tt.script + "\n"
-			if tt.script == "" {
-				body = "not an executable\n"
-			}
-			if err := os.WriteFile(agent, []byte(body), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			d := e.newDriver(t, func(c *Config) {
-				c.AgentPath = agent
-				if tt.timeout > 0 {
-					c.StartTimeout = tt.timeout
-				}
-				c.Platform = tt.platform
-			})
-			rootfs := e.rootfs(t)
-			ctx := t.Context()
-			if tt.cancel > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				time.AfterFunc(tt.cancel, cancel)
-			}
-			if tt.noRoot {
-				rootfs = filepath.Join(rootfs, "missing")
-			}
-			t0 := time.Now()
-			err := d.Create(ctx, driver.Spec{ID: "bad", RootFS: rootfs, Resources: driver.Resources{MemoryBytes: 64 << 20, Pids: 64}})
-			if err == nil {
-				t.Fatal("Create succeeded")
-			}
-			t.Logf("after %v: %v", time.Since(t0), err)
-			if !strings.HasPrefix(err.Error(), "creating sandbox bad: ") {
-				t.Errorf("error %q lacks the creating sandbox prefix", err)
-			}
-			if tt.want != "" && !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not contain %q", err, tt.want)
-			}
-			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-				t.Errorf("error %q is not %v", err, tt.wantErr)
-			}
-			checkNothingLeft(t, d, e)
-		})
-	}
-}
-
-func TestCreateRejects(t *testing.T) {
-	e := newEnv(t)
-	d := e.newDriver(t, nil)
-	rootfs := e.rootfs(t)
-	for _, id := range []string{"", "..", ".hidden", "a/b", "a b", strings.Repeat("x", 200)} {
-		err := d.Create(t.Context(), driver.Spec{ID: id, RootFS: rootfs})
-		if !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("Create(%q) = %v, want ErrInvalidArgument", id, err)
-		}
-	}
-	if err := d.Create(t.Context(), driver.Spec{ID: "rel", RootFS: "relative/root"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("Create with a relative root = %v, want ErrInvalidArgument", err)
-	}
-	if err := d.Restore(t.Context(), "x", driver.Spec{ID: "y", RootFS: rootfs}, t.TempDir()); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("Restore with a mismatched ID = %v, want ErrInvalidArgument", err)
-	}
-	if err := d.Restore(t.Context(), "x", driver.Spec{RootFS: rootfs}, t.TempDir()); err == nil {
-		t.Error("Restore from an empty image succeeded")
-	}
-	checkNothingLeft(t, d, e)
+// startFailures are the ways a gVisor sandbox's start can fail: an agent
+// that never connects or is no program, a missing root, and runsc itself.
+var startFailures = []drivertest.StartFailure{
+	{Name: "exit before connecting", Agent: `echo "dying early" >&2; exit 3`, Want: "dying early"},
+	{Name: "timeout", Agent: `sleep 60`, Timeout: time.Second, WantErr: context.DeadlineExceeded},
+	{Name: "canceled while waiting", Agent: `sleep 60`, Cancel: 700 * time.Millisecond, WantErr: context.Canceled},
+	{Name: "canceled during runsc run", Agent: `sleep 60`, Cancel: 10 * time.Millisecond, WantErr: context.Canceled},
+	{Name: "agent not executable", Agent: "", Want: "exec format error"},
+	{Name: "missing root", Agent: "exec sleep 60", MissingRoot: true, Want: "no such file or directory", WantErr: errdefs.ErrInvalidArgument},
+	// An unknown platform makes runsc fail.
+	{Name: "runsc fails", Agent: "exec sleep 60", BreakRuntime: true, Want: "nope"},
 }
 
 // TestTakeOver checks that a second driver on the same root (a restarted

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 )
@@ -131,8 +131,8 @@ func innerLimitFiles(r driver.Resources, lift bool) [][2]string {
 }
 
 // writeLimitsFile writes files, as FILE=VALUE lines, to path, for a new
-// sandbox's agent to write inside gVisor before it serves (agentd
-// --limits): about 10 ms less per create than setInnerLimits.
+// sandbox's agent to write inside gVisor before it serves (corral agent
+// --limits), which spares a create the round trips of setInnerLimits.
 func writeLimitsFile(path string, files [][2]string) error {
 	var b strings.Builder
 	for _, f := range files {
@@ -155,7 +155,7 @@ func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resourc
 	if len(files) == 0 {
 		return nil
 	}
-	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
 	defer c.Close()
 	var done [][2]string // the files written, with their earlier values
 	for _, f := range files {
@@ -183,7 +183,7 @@ func (d *Driver) setInnerLimits(ctx context.Context, id string, r driver.Resourc
 }
 
 // readInner reads a small file inside gVisor through the agent c.
-func readInner(ctx context.Context, c *agent.Client, name string) (string, error) {
+func readInner(ctx context.Context, c *agentclient.Client, name string) (string, error) {
 	r, _, err := c.ReadFile(ctx, name)
 	if err != nil {
 		return "", err
@@ -198,15 +198,15 @@ func readInner(ctx context.Context, c *agent.Client, name string) (string, error
 const innerPidsTimeout = 200 * time.Millisecond
 
 // innerPids reads pids.current of the sandbox's cgroup inside gVisor
-// through the agent's file API, a round trip of about half a millisecond
-// (`runsc events` takes 30 ms, and the Manager reads stats before every
-// exec). The agent answers for the sandbox, which could lie about its own
+// through the agent's file API, one round trip, rather than with `runsc
+// events`, which starts a process, since the Manager reads stats before
+// every exec. The agent answers for the sandbox, which could lie about its own
 // count; the limits do not depend on it. 0 when it does not answer in
 // time (paused, stopped).
 func (d *Driver) innerPids(ctx context.Context, id string) int64 {
 	ctx, cancel := context.WithTimeout(ctx, innerPidsTimeout)
 	defer cancel()
-	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
 	defer c.Close()
 	v, err := readInner(ctx, c, path.Join(innerCgroup, "pids", "pids.current"))
 	if err != nil {
@@ -214,4 +214,31 @@ func (d *Driver) innerPids(ctx context.Context, id string) int64 {
 	}
 	n, _ := strconv.ParseInt(v, 10, 64)
 	return n
+}
+
+// Update replaces the sandbox's CPU, memory and pids limits, in its host
+// cgroup (with the overheads) and then inside gVisor, all or nothing: when
+// the limits inside cannot be set, the host cgroup's are put back. Zero
+// fields lift a limit. It writes the cgroup itself rather than through
+// `runsc update`, which leaves alone a cgroup it did not make and knows
+// nothing of the limits inside.
+func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
+	if err := driver.CheckID(id); err != nil {
+		return fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	cg := d.cgroup(id)
+	if err := cg.Exists(); err != nil {
+		return fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	undo, err := d.setCgroup(cg, r)
+	if err != nil {
+		return fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	if err := d.setInnerLimits(ctx, id, r, true); err != nil {
+		if uerr := undo(); uerr != nil {
+			err = fmt.Errorf("%w; restoring the host cgroup's limits: %w", err, uerr)
+		}
+		return fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	return nil
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // agentArgs is the argv of the sandbox's init: the agent, dialing the
-// daemon's socket (see package agentd), and starting processes from the
+// daemon's socket (see package agentserver), and starting processes from the
 // one thread that carries the seccomp filter (spawnThreadFlag): in gVisor
 // a filter costs per thread that has it.
 var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest, socketFile), spawnThreadFlag}

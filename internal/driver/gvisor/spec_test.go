@@ -18,7 +18,8 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // TestOCISpecGolden checks the config.json of a sandbox from a shifted
-// template (the default), without and with a prepared network namespace.
+// template (the default), without and with a prepared network namespace
+// and host directory mounts.
 func TestOCISpecGolden(t *testing.T) {
 	spec := driver.Spec{ID: "sb-1", RootFS: "/var/lib/corral/roots/sb-1", Hostname: "box",
 		Resources: driver.Resources{MilliCPUs: 1500, MemoryBytes: 256 << 20, Pids: 128}}
@@ -28,6 +29,11 @@ func TestOCISpecGolden(t *testing.T) {
 		ResolvConf: "/var/lib/corral/netfiles/sb-1/resolv.conf",
 		Hosts:      "/var/lib/corral/netfiles/sb-1/hosts",
 		Env:        []string{"HTTP_PROXY=http://10.200.0.1:15002", "NO_PROXY=localhost"},
+	}
+	mounted := networked
+	mounted.Mounts = []driver.Mount{
+		{Source: "/run/corral/mounts/sb-1/0", Target: "/data", ReadOnly: true},
+		{Source: "/run/corral/mounts/sb-1/1", Target: "/data/out"},
 	}
 	host := runc.Host{AgentPath: "/usr/local/bin/corral", CgroupParent: "/corral", SwapAccounting: true,
 		Arch: "amd64", OpenFiles: 4096, DenyIoctls: []uint64{0x50009401, 0x5000940e}}
@@ -44,6 +50,7 @@ func TestOCISpecGolden(t *testing.T) {
 		{"userns", spec, host},
 		{"network-userns", networked, host},
 		{"agent-seccomp", spec, agentConfined},
+		{"mounts-network-userns", mounted, host},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,10 +12,9 @@
 // those, using List, Status and Delete to reconcile after a daemon restart.
 // It does not run commands in the sandbox either; the agent does.
 //
-// `runc run --detach` is the whole cost of Create (35-50 ms with this spec
-// on the 2-core reference machine; the agent is ready about when runc
-// returns), so the create path runs runc exactly once and reads nothing back
-// from it but the pid file. Delete runs runc twice (kill, then delete of the
-// stopped container), about 20 ms; Status runs it once; Stats only reads
-// cgroup files.
+// `runc run --detach` is nearly the whole cost of Create (the agent is
+// ready about when runc returns), so the create path runs runc exactly once
+// and reads nothing back from it but the pid file. Delete runs runc twice
+// (kill, then delete of the stopped container); Status runs it once; Stats
+// only reads cgroup files.
 package runc

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/corralrun/corral/internal/agent"
+	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -24,7 +24,7 @@ func writeJSON(name string, v any) error {
 // execOnce runs a shell command through a new agent client and returns
 // its stdout.
 func execOnce(ctx context.Context, d *Driver, id, script string) (string, error) {
-	c := agent.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
 	defer c.Close()
 	var out strings.Builder
 	err := c.Exec(ctx, wire.ExecRequest{Shell: script}, func(ev wire.ExecEvent) error {

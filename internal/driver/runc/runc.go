@@ -1,12 +1,9 @@
 package runc
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -15,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,8 +19,9 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/reaper"
 	"github.com/corralrun/corral/internal/refill"
+	"github.com/corralrun/corral/internal/subreaper"
+	"github.com/corralrun/corral/internal/userns"
 )
 
 var (
@@ -66,10 +63,10 @@ type Config struct {
 	CgroupParent string
 	// Reaper, when set, is told about each sandbox's init process so that
 	// it reaps it when it exits. The daemon must be a child subreaper
-	// (reaper.SetSubreaper) for the init to become its child once
+	// (subreaper.SetSubreaper) for the init to become its child once
 	// `runc run --detach` returns. Without a reaper, exited inits of a
 	// subreaper daemon stay zombies until the daemon exits.
-	Reaper *reaper.Reaper
+	Reaper *subreaper.Reaper
 	// StartTimeout bounds Create from running runc to the agent's ready
 	// line; DefaultStartTimeout when zero.
 	StartTimeout time.Duration
@@ -86,8 +83,8 @@ type Config struct {
 	// sandboxes of such templates run in user namespaces of their own,
 	// where root is an unprivileged host user (see userns.go). Whether a
 	// sandbox gets one is decided by its template, so templates built
-	// with it keep working if it is later turned off. Costs about 2 ms
-	// per Create.
+	// with it keep working if it is later turned off. It adds making (or
+	// taking) a user namespace to every Create.
 	UserNamespaces bool
 	// MountDir is where roots of sandboxes with user namespaces are
 	// bind-mounted for runc, with the host-wide record of which namespace
@@ -95,9 +92,9 @@ type Config struct {
 	// made mode 0711, and every directory above it must be searchable by
 	// others.
 	MountDir string
-	// UserNSSpares is how many user namespaces, each with its slot, the
-	// driver keeps made ahead for Create to take (spares.go); 0 makes
-	// each in Create.
+	// UserNSSpares is how many user namespaces, each with its slot and
+	// its layers' namespace, the driver keeps made ahead for ReserveIDs
+	// to take (spares.go); 0 makes each in ReserveIDs.
 	UserNSSpares int
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
@@ -114,8 +111,9 @@ type Driver struct {
 	stateDir  string
 	boxesDir  string
 	mountDir  string
-	holder    *os.File // the user namespace holder's program, if any (holder.go)
+	holder    *userns.Holder // nil: namespaces are made by re-executing this binary
 	spares    nsSpares
+	reserved  reservations // sandboxes' namespaces from ReserveIDs, until Create
 	log       *slog.Logger
 	runcPath  string
 	cgroupsV2 bool
@@ -132,6 +130,34 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	cfg.AgentPath = agent
+	if cfg, err = withDefaults(cfg); err != nil {
+		return nil, err
+	}
+	v2, swap, err := ocirt.DetectCgroups()
+	if err != nil {
+		return nil, err
+	}
+	d := newDriver(cfg, runcPath, v2, swap)
+	for _, dir := range []string{d.stateDir, d.boxesDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating runc driver directory: %w", err)
+		}
+	}
+	if err := d.openUserNS(); err != nil {
+		return nil, err
+	}
+	// Last, as nothing after it fails: New does not close it.
+	if sealed, err := ocirt.NewSealed(runcPath); err == nil {
+		d.cli.Sealed = sealed
+	} else {
+		d.log.Info("runc runs from its file, copying itself at every start", "reason", err)
+	}
+	return d, nil
+}
+
+// withDefaults returns cfg with its zero fields set to their defaults,
+// failing when its open files limit is one runc cannot give.
+func withDefaults(cfg Config) (Config, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = DefaultCgroupParent
 	}
@@ -146,19 +172,21 @@ func New(cfg Config) (*Driver, error) {
 	}
 	var nofile unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
-		return nil, fmt.Errorf("reading open files limit: %w", err)
+		return cfg, fmt.Errorf("reading open files limit: %w", err)
 	}
 	if cfg.OpenFiles > nofile.Max {
-		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
+		return cfg, errdefs.Errorf(errdefs.ErrInvalidArgument,
 			"open files limit %d exceeds the daemon's own hard limit %d, which runc cannot raise", cfg.OpenFiles, nofile.Max)
 	}
 	if cfg.MountDir == "" {
 		cfg.MountDir = DefaultMountDir
 	}
-	v2, swap, err := ocirt.DetectCgroups()
-	if err != nil {
-		return nil, err
-	}
+	return cfg, nil
+}
+
+// newDriver makes the Driver of a complete cfg, on a host whose cgroup
+// version and swap accounting are v2 and swap.
+func newDriver(cfg Config, runcPath string, v2, swap bool) *Driver {
 	d := &Driver{
 		cfg:      cfg,
 		stateDir: filepath.Join(cfg.Root, "state"),
@@ -179,28 +207,29 @@ func New(cfg Config) (*Driver, error) {
 	}
 	// The agent installs the seccomp filter itself where Corral can
 	// compile it: runc would compile it with libseccomp in every `runc
-	// init`, 3-4 ms per sandbox.
+	// init`.
 	if prog, err := d.host.CompileSeccomp(); err == nil {
 		d.host.InitSeccomp = prog
 	} else {
 		d.log.Info("the runtime installs the seccomp profile", "reason", err)
 	}
 	d.cli = ocirt.CLI{Name: "runc", Path: runcPath, Root: d.stateDir}
-	for _, dir := range []string{d.stateDir, d.boxesDir} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating runc driver directory: %w", err)
-		}
-	}
+	d.spares.refill = refill.New(spareDelay, d.makeOneNSSpare)
+	return d
+}
+
+// openUserNS readies what sandboxes with user namespaces need: MountDir,
+// the slots of an earlier driver cleared, and the holder program.
+func (d *Driver) openUserNS() error {
 	// Made whether or not new templates get user namespaces: existing
 	// ones may have them.
-	if err := ocirt.PrepareSearchableDir(cfg.MountDir); err != nil {
-		return nil, err
+	if err := ocirt.PrepareSearchableDir(d.cfg.MountDir); err != nil {
+		return err
 	}
-	d.spares.refill = refill.New(spareDelay, d.makeOneNSSpare)
 	// An earlier driver's spares: without their markers their slots are
 	// stale, and the sweep frees them.
 	if err := os.RemoveAll(d.sparesDir()); err != nil {
-		return nil, fmt.Errorf("removing spare user namespaces: %w", err)
+		return fmt.Errorf("removing spare user namespaces: %w", err)
 	}
 	if n, err := d.sweepSlots(); err != nil {
 		d.log.Warn("clearing stale user namespace slots", "cleared", n, "error", err)
@@ -208,20 +237,15 @@ func New(cfg Config) (*Driver, error) {
 		d.log.Info("cleared stale user namespace slots", "cleared", n)
 	}
 	// newUserNS runs the holder as an unprivileged user.
-	if d.holder, err = openHolder(); err != nil {
+	var err error
+	if d.holder, err = userns.OpenHolder(); err != nil {
 		d.log.Info("user namespaces are made by re-executing this binary", "reason", err)
 		if fi, err := os.Stat("/proc/self/exe"); err != nil || fi.Mode().Perm()&0o001 == 0 {
-			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
+			return errdefs.Errorf(errdefs.ErrInvalidArgument,
 				"this executable must be executable by other users (mode o+x): it runs unprivileged to make user namespaces")
 		}
 	}
-	// Last, as nothing after it fails: New does not close it.
-	if sealed, err := ocirt.NewSealed(runcPath); err == nil {
-		d.cli.Sealed = sealed
-	} else {
-		d.log.Info("runc runs from its file, copying itself at every start", "reason", err)
-	}
-	return d, nil
+	return nil
 }
 
 // Name returns "runc".
@@ -240,10 +264,7 @@ func (d *Driver) Close() error {
 	if d.cli.Sealed != nil {
 		d.cli.Sealed.Close()
 	}
-	if d.holder != nil {
-		return d.holder.Close()
-	}
-	return nil
+	return d.holder.Close()
 }
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.boxesDir, id) }
@@ -254,223 +275,11 @@ func (d *Driver) cgroup(id string) ocirt.Cgroup {
 	return ocirt.Cgroup{V2: d.cgroupsV2, Path: d.cgroupPath(id)}
 }
 
-// Create writes the sandbox's OCI bundle, starts its init (the agent) with
-// one `runc run --detach`, and returns when the agent reports ready on its
-// pipe. It fails with ErrAlreadyExists when the ID is in use. On any
-// failure it removes everything it made and returns an error that carries
-// the end of the agent's and runc's output.
-func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
-	id := spec.ID
-	dir := d.dir(id)
-	sock := filepath.Join(dir, socketFile)
-	if ocirt.CheckID(id) == nil {
-		if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
-			return errdefs.Errorf(errdefs.ErrAlreadyExists, "creating container %s: runc already has a container with this id", id)
-		}
-	}
-	if err := ocirt.MakeSandboxDir(id, spec.RootFS, dir, sock); err != nil {
-		return fmt.Errorf("creating container %s: %w", id, err)
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
-	defer cancel()
-
-	// From here on, a failure undoes everything through destroy, which
-	// handles every partial state from "directory only" to "running".
-	defer func() {
-		ocirt.CleanUpFailed(ctx, &err, filepath.Join(dir, logFile), func(ctx context.Context) error { return d.destroy(ctx, id) })
-		if err != nil {
-			err = fmt.Errorf("creating container %s: %w", id, err)
-		}
-	}()
-
-	var userns UserNS
-	var ns *userNS
-	useNS, err := shifted(spec.RootFS)
-	if err != nil {
-		return err
-	}
-	if useNS {
-		var mnt string
-		if sp, ok := d.takeNSSpare(dir); ok {
-			mnt, ns = sp.mnt, sp.ns
-		} else {
-			n, m, err := d.allocSlot(dir)
-			if err != nil {
-				return err
-			}
-			if ns, err = newUserNS(d.holder, ownerID(n)); err != nil {
-				return err
-			}
-			mnt = m
-		}
-		// runc joins the namespace by path; the holder must stay
-		// unreaped until `runc run` has returned.
-		defer ns.Close()
-		// An overlay root's top directory is the upper layer's, made by
-		// storage and owned by host root; sandbox root must own it.
-		if err := shiftRootDir(spec.RootFS); err != nil {
-			return err
-		}
-		if err := bindRoot(spec.RootFS, mnt); err != nil {
-			return err
-		}
-		userns = UserNS{HostID: idBase, Size: idRange, Path: ns.Path}
-		spec.RootFS = mnt
-		if spec.Network != nil {
-			userns.Sysfs = filepath.Join(filepath.Dir(mnt), "sys")
-			if err := prepareNetNS(spec.Network.NetNSPath, userns.Sysfs); err != nil {
-				return err
-			}
-		}
-	} else if d.cfg.UserNamespaces {
-		d.log.Warn("template was built without user namespace support: sandbox root is host root (rebuild the template)", "sandbox_id", id)
-	}
-	config, err := json.MarshalIndent(OCISpec(spec, d.host, userns), "", "\t")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, configFile), config, 0o600); err != nil {
-		return err
-	}
-	// runc itself is not interrupted when the caller gives up: killing it
-	// midway orphans its `runc init` children. It runs for tens of
-	// milliseconds; only a hung runc is killed, at StartTimeout.
-	runCtx, cancelRun := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StartTimeout)
-	defer cancelRun()
-	var pid int
-	var ready *os.File
-	runRunc := func() (err error) {
-		pid, ready, err = d.run(runCtx, id, dir, sock, spec.Started)
-		return err
-	}
-	if userns.Size > 0 && spec.Network != nil {
-		// runc cannot join this namespace itself (netns.go).
-		err = inNetNS(spec.Network.NetNSPath, runRunc)
-	} else {
-		err = runRunc()
-	}
-	if err != nil {
-		return err
-	}
-	defer ready.Close()
-	if ns != nil {
-		// runc has joined the namespace: reaping the holder now (0.2-0.4
-		// ms) overlaps the agent's start instead of following it.
-		ns.Close()
-	}
-	if d.cfg.Reaper != nil {
-		d.cfg.Reaper.Watch(pid)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("waiting for the agent: %w", err)
-	}
-	ranRunc := time.Now()
-	if err := waitReady(ctx, ready); err != nil {
-		return err
-	}
-	d.log.Debug("created container", "sandbox_id", id, "pid", pid,
-		"duration_ms", time.Since(start).Milliseconds(), "runc_ms", ranRunc.Sub(start).Milliseconds())
-	return nil
-}
-
-// run starts the container and returns its init's pid and the read end of
-// the agent's ready pipe. The listening socket and the pipe's write end
-// exist only in the container once run returns. started, when set, is
-// called once the socket listens, before runc starts: a connection made
-// from then on waits in the socket's backlog until the agent, which sets
-// up everything it needs before it serves, takes it (or is reset when the
-// container fails and the last copy of the socket is closed).
-func (d *Driver) run(ctx context.Context, id, dir, sock string, started func()) (pid int, ready *os.File, err error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return 0, nil, fmt.Errorf("listening for the agent: %w", err)
-	}
-	// The socket file must outlive our copy of the listener: the agent
-	// keeps listening on it after the daemon closes its descriptors.
-	l.SetUnlinkOnClose(false)
-	lf, err := l.File()
-	l.Close()
-	if err != nil {
-		return 0, nil, fmt.Errorf("listening for the agent: %w", err)
-	}
-	defer lf.Close()
-	if started != nil {
-		started()
-	}
-
-	r, w, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
-	}
-	defer w.Close()
-	defer func() {
-		if err != nil {
-			r.Close()
-		}
-	}()
-
-	pidPath := filepath.Join(dir, pidFile)
-	// runc passes its stdio through to the container's init when it has no
-	// terminal, so the agent's output and runc's own errors both land in
-	// agent.log. --preserve-fds 2 hands fds 3 and 4 (ExtraFiles) to init.
-	// --no-new-keyring: a session keyring per container is charged to the
-	// host user that sandbox root maps to, the same for every sandbox, and
-	// the kernel allows a user 200 keys (kernel.keys.maxkeys): the 201st
-	// sandbox failed to start. Sandboxes cannot use keyrings anyway (the
-	// seccomp profile denies keyctl, add_key and request_key).
-	cmd := d.cli.Command(ctx, "run", "--detach", "--no-new-keyring", "--preserve-fds", "2", "--pid-file", pidPath, "--bundle", dir, id)
-	cmd.ExtraFiles = []*os.File{w, lf}
-	if err := ocirt.RunLogged(ctx, cmd, filepath.Join(dir, logFile)); err != nil {
-		return 0, nil, fmt.Errorf("running runc: %w", err)
-	}
-	if pid, err = ocirt.ReadPid(pidPath); err != nil {
-		return 0, nil, fmt.Errorf("reading init pid: %w", err)
-	}
-	return pid, r, nil
-}
-
-// waitReady reads the agent's start-up line: "ok" or "error: <message>".
-// End of file first means the agent died before it was ready.
-func waitReady(ctx context.Context, r *os.File) error {
-	if dl, ok := ctx.Deadline(); ok {
-		r.SetReadDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { r.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	var line []byte
-	buf := make([]byte, 256)
-	for len(line) < 4096 {
-		n, err := r.Read(buf)
-		line = append(line, buf[:n]...)
-		if i := bytes.IndexByte(line, '\n'); i >= 0 {
-			msg := string(line[:i])
-			if msg == "ok" {
-				return nil
-			}
-			return fmt.Errorf("agent failed to start: %s", strings.TrimPrefix(msg, "error: "))
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if ctx.Err() != nil {
-				return fmt.Errorf("waiting for the agent: %w", ctx.Err())
-			}
-			return fmt.Errorf("waiting for the agent: %w", context.DeadlineExceeded)
-		}
-		if err == io.EOF {
-			return fmt.Errorf("agent exited before it was ready")
-		}
-		if err != nil {
-			return fmt.Errorf("waiting for the agent: %w", err)
-		}
-	}
-	return fmt.Errorf("agent wrote an overlong ready line")
-}
-
 // Delete kills the container, removes it from runc, removes its cgroups
 // and its directory. It succeeds for unknown IDs and for every partial
 // state a failed Create or a daemon crash can leave.
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if err := ocirt.CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return fmt.Errorf("deleting container %s: %w", id, err)
 	}
 	if err := d.destroy(ctx, id); err != nil {
@@ -482,10 +291,13 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 // destroy is Delete without the error prefix.
 //
 // `runc delete --force` on a running container sends SIGKILL and then
-// sleeps in 100 ms steps until the init is gone; killing first and waiting
-// for the init ourselves, then deleting a stopped container, takes a tenth
-// of that.
+// polls in 100 ms sleeps until the init is gone; killing first and waiting
+// for the init ourselves, then deleting a stopped container, ends as soon
+// as the init does.
 func (d *Driver) destroy(ctx context.Context, id string) error {
+	if ns := d.reserved.take(id); ns != nil {
+		ns.Close()
+	}
 	dir := d.dir(id)
 	cg := d.cgroup(id)
 	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err == nil {
@@ -540,7 +352,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 
 // DialAgent connects to the agent's socket in the sandbox directory.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	if err := ocirt.CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return nil, fmt.Errorf("dialing agent of %s: %w", id, err)
 	}
 	sock := filepath.Join(d.dir(id), socketFile)
@@ -579,7 +391,7 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 // and `runc resume` would (see ocirt.Cgroup.Freeze), after checking that
 // runc knows the container.
 func (d *Driver) freeze(ctx context.Context, doing, id string, frozen bool) error {
-	if err := ocirt.CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return fmt.Errorf("%s container %s: %w", doing, id, err)
 	}
 	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err != nil {
@@ -604,7 +416,7 @@ func (d *Driver) freeze(ctx context.Context, doing, id string, frozen bool) erro
 // when a later one fails; runc's record of the limits in its state keeps
 // the values of the create, which the driver never reads back.
 func (d *Driver) Update(ctx context.Context, id string, r driver.Resources) error {
-	if err := ocirt.CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return fmt.Errorf("updating container %s: %w", id, err)
 	}
 	if _, err := os.Stat(filepath.Join(d.stateDir, id)); err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/drivertest"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
-	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -99,10 +98,37 @@ func TestConformance(t *testing.T) {
 					return rootfs
 				},
 				CgroupParent: e.cgroupParent,
-				Features:     drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true},
+				Features:     drivertest.Features{Limits: true, ProcessIsolation: true, Freeze: true, Mounts: true},
+				NewWithAgent: func(t *testing.T, agent string, f drivertest.StartFailure) driver.Driver {
+					return e.newDriver(t, func(c *Config) {
+						c.UserNamespaces, c.UserNSSpares = userns, v.spares
+						c.AgentPath = agent
+						if f.Timeout > 0 {
+							c.StartTimeout = f.Timeout
+						}
+					})
+				},
+				StartFailures: startFailures,
+				ErrorPrefix:   "creating container ",
+				NothingLeft: func(t *testing.T, d driver.Driver, id, rootfs string) {
+					checkNothingLeft(t, d.(*Driver), e, id, rootfs)
+				},
 			})
 		})
 	}
+}
+
+// startFailures are the ways an agent can fail the runc driver's start-up
+// contract (ready or an error line on fd 3), and runc failing under a
+// ready agent.
+var startFailures = []drivertest.StartFailure{
+	{Name: "error line", Agent: `echo "starting up"; echo "error: no disk" >&3; exit 1`, Want: "no disk"},
+	{Name: "exit before ready", Agent: `echo "dying early" >&2; exit 3`, Want: "dying early"},
+	{Name: "timeout", Agent: `sleep 60`, Timeout: 300 * time.Millisecond, WantErr: context.DeadlineExceeded},
+	{Name: "canceled while waiting", Agent: `sleep 60`, Cancel: 300 * time.Millisecond, WantErr: context.Canceled},
+	{Name: "canceled during runc run", Agent: `sleep 60`, Cancel: 10 * time.Millisecond, WantErr: context.Canceled},
+	{Name: "agent not executable", Agent: "", Want: "exec format error"},
+	{Name: "runc fails", Agent: "echo ok >&3; exec sleep 60", MissingRoot: true, Want: "no such file or directory"},
 }
 
 // checkNothingLeft fails unless the driver holds nothing for id: no runc
@@ -126,89 +152,6 @@ func checkNothingLeft(t *testing.T, d *Driver, e env, id, rootfs string) {
 	if m := testutil.Mounts(t, d.cfg.Root); len(m) != 0 {
 		t.Errorf("mounts left under %s: %v", d.cfg.Root, m)
 	}
-}
-
-// TestCreateFailures starts agents that fail in each way the start-up
-// contract allows and checks the error and that nothing is left.
-func TestCreateFailures(t *testing.T) {
-	e := newEnv(t)
-	tests := []struct {
-		name    string
-		script  string
-		timeout time.Duration
-		cancel  time.Duration // cancel the context this long into Create
-		noRoot  bool
-		want    string
-		wantErr error
-	}{
-		{name: "error line", script: `echo "starting up"; echo "error: no disk" >&3; exit 1`, want: "no disk"},
-		{name: "exit before ready", script: `echo "dying early" >&2; exit 3`, want: "dying early"},
-		{name: "timeout", script: `sleep 60`, timeout: 300 * time.Millisecond, wantErr: context.DeadlineExceeded},
-		{name: "canceled while waiting", script: `sleep 60`, cancel: 300 * time.Millisecond, wantErr: context.Canceled},
-		{name: "canceled during runc run", script: `sleep 60`, cancel: 10 * time.Millisecond, wantErr: context.Canceled},
-		{name: "agent not executable", script: "", want: "exec format error"},
-		{name: "runc fails", script: "echo ok >&3; exec sleep 60", noRoot: true, want: "no such file or directory"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			agent := filepath.Join(t.TempDir(), "agent")
-			body := "#!/bin/sh\n" + tt.script + "\n"
-			if tt.script == "" {
-				body = "not an executable\n"
-			}
-			if err := os.WriteFile(agent, []byte(body), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			d := e.newDriver(t, func(c *Config) {
-				c.AgentPath = agent
-				if tt.timeout > 0 {
-					c.StartTimeout = tt.timeout
-				}
-			})
-			rootfs := testutil.BusyboxRootfs(t)
-			ctx := t.Context()
-			if tt.cancel > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				time.AfterFunc(tt.cancel, cancel)
-			}
-			spec := rootfs
-			if tt.noRoot {
-				spec = filepath.Join(rootfs, "missing")
-			}
-			err := d.Create(ctx, driver.Spec{ID: "bad", RootFS: spec, Resources: driver.Resources{MemoryBytes: 64 << 20, Pids: 64}})
-			if err == nil {
-				t.Fatal("Create succeeded")
-			}
-			if !strings.HasPrefix(err.Error(), "creating container bad: ") {
-				t.Errorf("error %q lacks the creating container prefix", err)
-			}
-			if tt.want != "" && !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not contain %q", err, tt.want)
-			}
-			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-				t.Errorf("error %q is not %v", err, tt.wantErr)
-			}
-			t.Logf("error: %v", err)
-			checkNothingLeft(t, d, e, "bad", rootfs)
-		})
-	}
-}
-
-func TestCreateRejects(t *testing.T) {
-	e := newEnv(t)
-	d := e.newDriver(t, nil)
-	rootfs := testutil.BusyboxRootfs(t)
-	for _, id := range []string{"", "..", ".hidden", "a/b", "a b", strings.Repeat("x", 200)} {
-		err := d.Create(t.Context(), driver.Spec{ID: id, RootFS: rootfs})
-		if !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("Create(%q) = %v, want ErrInvalidArgument", id, err)
-		}
-	}
-	if err := d.Create(t.Context(), driver.Spec{ID: "rel", RootFS: "relative/root"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("Create with a relative root = %v, want ErrInvalidArgument", err)
-	}
-	checkNothingLeft(t, d, e, "rel", rootfs)
 }
 
 func readCgroup(t *testing.T, controller, p, file string) int64 {

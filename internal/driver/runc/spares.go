@@ -12,22 +12,23 @@ import (
 	"github.com/corralrun/corral/internal/refill"
 )
 
-// Spare user namespaces take a slot and its namespace off Create's path
-// (about 1 ms: the slot's directories and links under the host-wide lock,
-// then the holder's fork and exec). Neither depends on the sandbox, so the
+// Spare user namespaces take a slot and its namespaces off a create's
+// path (the slot's directories and links under the host-wide lock, then
+// the holders' forks and execs). None depends on the sandbox, so the
 // driver keeps Config.UserNSSpares of them made, each a slot taken for a
-// marker directory under <Root>/userns-spares and a namespace owned by the
-// slot's owner, held by its holder's zombie. Create takes one by pointing
-// the slot's owner link at the sandbox's directory; replacements are made
-// spareDelay after a take, so that making them does not compete with the
-// create that took one. A burst larger than the spares makes the rest in
-// Create, as without spares.
+// marker directory under <Root>/userns-spares, the sandbox's namespace in
+// the slot's range, owned by the slot's owner and held by its holder's
+// zombie, and its layers' namespace (layerMap). ReserveIDs takes one by
+// pointing the slot's owner link at the sandbox's directory; replacements
+// are made spareDelay after a take, so that making them does not compete
+// with the create that took one. A burst larger than the spares makes the
+// rest in ReserveIDs, as without spares.
 //
 // After a crash the markers are gone with the next New (it removes the
 // directory before it sweeps slots), which leaves their slots stale: the
 // sweep frees them. Close frees the Driver's own.
 
-// spareDelay is how long after Create takes a spare the driver starts to
+// spareDelay is how long after ReserveIDs takes a spare the driver starts to
 // replace it.
 const spareDelay = 200 * time.Millisecond
 
@@ -35,8 +36,9 @@ const spareDelay = 200 * time.Millisecond
 type nsSpare struct {
 	slot   int
 	mnt    string
-	marker string // the directory the slot's owner link names until a sandbox takes it
-	ns     *userNS
+	marker string   // the directory the slot's owner link names until a sandbox takes it
+	ns     *userNS  // the sandbox's namespace, in the slot's range
+	idmap  *os.File // the namespace its root's layers are mapped with (layerMap)
 }
 
 // nsSpares is the Driver's set of spares.
@@ -149,24 +151,18 @@ func (d *Driver) makeNSSpare(seq int) (nsSpare, error) {
 	if err := os.Mkdir(marker, 0o700); err != nil {
 		return nsSpare{}, err
 	}
-	n, mnt, err := d.allocSlot(marker)
+	sp, err := d.newRange(marker)
 	if err != nil {
 		os.Remove(marker)
 		return nsSpare{}, err
 	}
-	sp := nsSpare{slot: n, mnt: mnt, marker: marker}
-	if sp.ns, err = newUserNS(d.holder, ownerID(n)); err != nil {
-		d.destroyNSSpare(sp)
-		return nsSpare{}, err
-	}
+	sp.marker = marker
 	return sp, nil
 }
 
 // destroyNSSpare reaps the spare's holder and frees its slot and marker.
 func (d *Driver) destroyNSSpare(sp nsSpare) {
-	if sp.ns != nil {
-		sp.ns.Close()
-	}
+	sp.close()
 	err := d.releaseSlot(sp.marker)
 	if rerr := os.Remove(sp.marker); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/corralrun/corral/internal/driver"
-	"github.com/corralrun/corral/internal/testutil"
 )
 
 // slotsOwnedBy lists the slots in d's mount dir whose owner link names a
@@ -34,10 +33,7 @@ func slotsOwnedBy(t *testing.T, d *Driver, dir string) []string {
 func TestUserNSSpares(t *testing.T) {
 	e := newEnv(t)
 	d := e.newDriver(t, func(c *Config) { c.UserNamespaces, c.UserNSSpares = true, 2 })
-	rootfs := testutil.BusyboxRootfs(t)
-	if err := d.PrepareTemplate(rootfs); err != nil {
-		t.Fatal(err)
-	}
+	b := rangedRoots(t, d)
 	d.spares.refill.Run()
 	if got := slotsOwnedBy(t, d, d.sparesDir()); len(got) != 2 {
 		t.Fatalf("spare slots %v, want 2", got)
@@ -47,6 +43,7 @@ func TestUserNSSpares(t *testing.T) {
 	d.spares.mu.Unlock()
 
 	ctx := t.Context()
+	rootfs := rangedRoot(t, d, b, "spare")
 	if err := d.Create(ctx, driver.Spec{ID: "spare", RootFS: rootfs}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +53,7 @@ func TestUserNSSpares(t *testing.T) {
 	if _, err := os.Stat(taken.marker); !os.IsNotExist(err) {
 		t.Errorf("marker %s still there: %v", taken.marker, err)
 	}
-	if out, err := execOnce(ctx, d, "spare", "cat /proc/self/uid_map"); err != nil || !strings.Contains(out, strconv.Itoa(idBase)) {
+	if out, err := execOnce(ctx, d, "spare", "cat /proc/self/uid_map"); err != nil || !strings.Contains(out, strconv.Itoa(int(rangeBase(taken.slot)))) {
 		t.Errorf("uid_map in the sandbox: %q, %v", out, err)
 	}
 	if err := d.Delete(ctx, "spare"); err != nil {

@@ -3,6 +3,7 @@ package runc
 import (
 	"fmt"
 	"path"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -16,7 +17,7 @@ import (
 const AgentDest = "/.corral/agent"
 
 // agentArgs is the argv of the sandbox's init: the agent, told where its
-// ready pipe (fd 3) and listening socket (fd 4) are; see package agentd for
+// ready pipe (fd 3) and listening socket (fd 4) are; see package agentserver for
 // the start-up contract.
 var agentArgs = []string{AgentDest, "agent", "--listen-fd=4", "--ready-fd=3"}
 
@@ -181,7 +182,7 @@ func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 		// [...] The value SHOULD be an absolute path."
 		Root:     &specs.Root{Path: s.RootFS, Readonly: false},
 		Hostname: hostname,
-		Mounts:   mounts(h),
+		Mounts:   append(mounts(h), hostMounts(s.Mounts)...),
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace},
@@ -209,25 +210,31 @@ func OCISpec(s driver.Spec, h Host, u UserNS) *specs.Spec {
 		spec.Process.Args = append(spec.Process.Args, "--seccomp="+h.InitSeccomp)
 	}
 	if u.Size > 0 {
-		// runc cannot set rlimits in this namespace (specRlimits): the
-		// agent lowers its own before it serves.
-		for _, r := range rlimits(h) {
-			spec.Process.Args = append(spec.Process.Args, fmt.Sprintf("--rlimit=%s=%d", r.name, r.value))
-		}
-		// "uidMappings (array of objects, OPTIONAL) describes the user
-		// namespace uid mappings from the host to the container."
-		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostID, Size: u.Size}}
-		// "path: [...] the runtime MUST place the container process in
-		// the namespace associated with that path." runc still needs the
-		// mappings to know which host IDs own the nodes it creates.
-		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: u.Path})
-		spec.Linux.UIDMappings = m
-		spec.Linux.GIDMappings = append([]specs.LinuxIDMapping(nil), m...)
+		withUserNS(spec, h, u)
 	}
 	if n := s.Network; n != nil {
 		withNetwork(spec, n, u)
 	}
 	return spec
+}
+
+// withUserNS makes spec join the user namespace u, whose root is host ID
+// u.HostID.
+func withUserNS(spec *specs.Spec, h Host, u UserNS) {
+	// runc cannot set rlimits in this namespace (specRlimits): the
+	// agent lowers its own before it serves.
+	for _, r := range rlimits(h) {
+		spec.Process.Args = append(spec.Process.Args, fmt.Sprintf("--rlimit=%s=%d", r.name, r.value))
+	}
+	// "uidMappings (array of objects, OPTIONAL) describes the user
+	// namespace uid mappings from the host to the container."
+	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostID, Size: u.Size}}
+	// "path: [...] the runtime MUST place the container process in
+	// the namespace associated with that path." runc still needs the
+	// mappings to know which host IDs own the nodes it creates.
+	spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: u.Path})
+	spec.Linux.UIDMappings = m
+	spec.Linux.GIDMappings = append([]specs.LinuxIDMapping(nil), m...)
 }
 
 // withNetwork makes spec join the network namespace the daemon prepared
@@ -324,6 +331,52 @@ func mounts(h Host) []specs.Mount {
 	}
 }
 
+// hostMounts binds the prepared host directories ms in order, after the
+// root's own mounts and before the network files (withNetwork), which a
+// mount over /etc must not hide. Recursive, as the prepared source may
+// hold mounts of its own. runc creates a missing target itself, resolving
+// symlinks in the path as if the sandbox root were "/" (so a symlink the
+// root plants at a target never leads out of it), and refuses a target
+// whose resolved path leaves the root when it mounts.
+func hostMounts(ms []driver.Mount) []specs.Mount {
+	out := make([]specs.Mount, 0, len(ms))
+	for _, m := range ms {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		out = append(out, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	return out
+}
+
+// KeepLockedFlags adds to the binds of ms in spec (made by OCISpec) the
+// options that keep their sources' read-only, noexec and access-time
+// flags (ocirt.LockedOptions). runc remounts a bind to apply its options,
+// which the kernel refuses in a user namespace when it would clear such a
+// flag; keeping them everywhere gives a sandbox the same view of a mount
+// with and without one. It reads each source's mount flags.
+func KeepLockedFlags(spec *specs.Spec, ms []driver.Mount) error {
+	for _, m := range ms {
+		i := slices.IndexFunc(spec.Mounts, func(sm specs.Mount) bool {
+			return sm.Type == "bind" && sm.Destination == m.Target && sm.Source == m.Source
+		})
+		if i < 0 {
+			continue
+		}
+		opts, err := ocirt.LockedOptions(m.Source)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+		for _, o := range opts {
+			if !slices.Contains(spec.Mounts[i].Options, o) {
+				spec.Mounts[i].Options = append(spec.Mounts[i].Options, o)
+			}
+		}
+	}
+	return nil
+}
+
 // resources turns the sandbox limits into cgroup settings. Zero limits are
 // left out (unlimited). Devices: deny everything here; runc adds its
 // default allow list for the standard nodes (/dev/null, zero, full, random,
@@ -364,10 +417,10 @@ func resources(r driver.Resources, h Host) *specs.LinuxResources {
 // file), and /etc/resolv.conf and /etc/hosts where missing, in a new
 // template tree. Without them runc creates the files in every
 // sandbox root, which on btrfs is the first write into a fresh snapshot
-// and costs several milliseconds of copy-on-write per create. With
-// Config.UserNamespaces it then shifts the owners of every file into the
-// sandbox ID range (shiftOwners), which marks the template's sandboxes
-// for user namespaces; that costs about 10 µs per file, once.
+// and costs a copy-on-write per create. With Config.UserNamespaces it then
+// shifts the owners of every file into the sandbox ID range (shiftOwners),
+// which marks the template's sandboxes for user namespaces; that costs a
+// walk of the tree, once per template.
 func (d *Driver) PrepareTemplate(dir string) error {
 	if err := makeAgentMountPoint(dir); err != nil {
 		return err

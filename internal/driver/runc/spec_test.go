@@ -31,6 +31,11 @@ func TestOCISpecGolden(t *testing.T) {
 		Hosts:      "/var/lib/corral/netfiles/sb-1/hosts",
 		Env:        []string{"HTTP_PROXY=http://10.200.0.1:15002", "NO_PROXY=localhost"},
 	}
+	mounted := networked
+	mounted.Mounts = []driver.Mount{
+		{Source: "/run/corral/mounts/sb-1/0", Target: "/data", ReadOnly: true},
+		{Source: "/run/corral/mounts/sb-1/1", Target: "/data/out"},
+	}
 	usernsNet := userns
 	usernsNet.Sysfs = "/run/corral-rootfs/7/sys"
 	tests := []struct {
@@ -46,6 +51,7 @@ func TestOCISpecGolden(t *testing.T) {
 		{"userns-v1", limited, v1, userns},
 		{"network-v1", networked, v1, UserNS{}},
 		{"network-userns-v1", networked, v1, usernsNet},
+		{"mounts-network-v1", mounted, v1, UserNS{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

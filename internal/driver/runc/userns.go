@@ -1,24 +1,23 @@
 package runc
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
+
+	"github.com/corralrun/corral/internal/driver"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/userns"
 )
 
 // DefaultMountDir is where sandbox roots are bind-mounted for runc when
@@ -27,22 +26,23 @@ const DefaultMountDir = "/run/corral-rootfs"
 
 // User namespaces (docs/SECURITY.md, "User namespaces").
 //
-// Every sandbox runs in a user namespace of its own that maps IDs
-// 0..idRange-1 inside to idBase.. on the host, so root in a sandbox is
-// host user 2^31, which owns nothing outside sandboxes and has no
-// capability on the host. The base keeps clear of the IDs distributions
-// hand out to users and to /etc/subuid ranges (below 2^31).
+// Every sandbox runs in a user namespace of its own. On disk, templates
+// and roots keep sandbox ID i as host ID idBase+i (driver.StoredIDBase):
+// PrepareTemplate shifts a template's owners into that stored range once,
+// when the template is built. A sandbox whose range the Manager reserved
+// (ReserveIDs, before storage made its root) runs under host IDs of its
+// own, slot n's range rangeBase(n).. (idrange.go): its root's layers are
+// ID-mapped mounts that show the stored range as that range (overlayfs
+// takes ID-mapped layers, not an ID-mapped overlay), so another sandbox's
+// files are nobody's from its point of view, on disk and through their
+// mounts alike. A sandbox created without a reservation runs in the
+// stored range itself. The slot table is host-wide and can be lent to
+// another driver (IDSlots), so that its sandboxes and runc's never share
+// a range. Every range lies above 2^31, clear of the IDs
+// distributions hand out to users and to /etc/subuid ranges, and its
+// root has no capability on the host.
 //
-// The range is the same for every sandbox because sandbox roots are
-// overlayfs mounts that share their template as the lower layer, and the
-// template's files carry one set of owners: PrepareTemplate shifts them
-// into the range once, when the template is built. A range per sandbox
-// would need the template shown through an idmapped mount per sandbox,
-// which runc 1.1.5 cannot make and overlayfs cannot be on this kernel
-// (mount_setattr(MOUNT_ATTR_IDMAP) fails with EINVAL); it would take
-// idmapped layers, made by the storage backend.
-//
-// Each namespace has its own owner, though: slot n's owner is host user
+// Each namespace also has its own owner: slot n's owner is host user
 // ownerBase+n, which runs nothing and owns no file. The kernel charges
 // per-user resources (inotify instances and watches, namespaces,
 // RLIMIT_NPROC, message queue bytes, pending signals) at every level up
@@ -50,10 +50,13 @@ const DefaultMountDir = "/run/corral-rootfs"
 // owner per sandbox, one sandbox cannot use up another's budget or host
 // root's (a namespace runc makes is owned by host root).
 const (
-	idBase    = 1 << 31
-	idRange   = 1 << 16
+	idBase    = driver.StoredIDBase
+	idRange   = driver.StoredIDSize
 	ownerBase = idBase + idRange
-	idSlots   = 1 << 16
+	// idSlots ranges of idRange fit above the stored range and the
+	// owners (which take one range's worth) below 2^32-1, which is no ID
+	// ((uid_t)-1).
+	idSlots = 1<<15 - 4
 )
 
 // rootfsLink is the symlink in a sandbox directory that points to the
@@ -212,17 +215,12 @@ func (d *Driver) clearSlot(n int) error {
 // any, after checking that the slot still belongs to dir.
 func (d *Driver) releaseSlot(dir string) error {
 	link := filepath.Join(dir, rootfsLink)
-	target, err := os.Readlink(link)
+	n, _, err := d.linkedSlot(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading slot link: %w", err)
-	}
-	rel, err := filepath.Rel(d.mountDir, filepath.Dir(target))
-	n, perr := strconv.Atoi(rel)
-	if err != nil || perr != nil || n < 0 || n >= idSlots || strings.Contains(rel, "/") {
-		return fmt.Errorf("slot link %s points outside %s: %s", link, d.mountDir, target)
+		return err
 	}
 	unlock, err := d.lockSlots()
 	if err != nil {
@@ -240,156 +238,35 @@ func (d *Driver) releaseSlot(dir string) error {
 	return os.Remove(link)
 }
 
+// linkedSlot returns the slot that the sandbox directory dir records and
+// the slot's mount point; an error wrapping fs.ErrNotExist when it records
+// none.
+func (d *Driver) linkedSlot(dir string) (int, string, error) {
+	link := filepath.Join(dir, rootfsLink)
+	target, err := os.Readlink(link)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading slot link: %w", err)
+	}
+	rel, err := filepath.Rel(d.mountDir, filepath.Dir(target))
+	n, perr := strconv.Atoi(rel)
+	if err != nil || perr != nil || n < 0 || n >= idSlots || strings.Contains(rel, "/") {
+		return 0, "", fmt.Errorf("slot link %s points outside %s: %s", link, d.mountDir, target)
+	}
+	return n, target, nil
+}
+
 // bindRoot bind-mounts the root src (with the mounts below it) at dst.
 func bindRoot(src, dst string) error { return ocirt.Bind(src, dst) }
 
-// userNS is a new user namespace that maps IDs 0..idRange-1 to idBase..
-// and is owned by a host user of its own, held open by fd and by the
-// unreaped holder process whose /proc entry Path names. runc joins it by
-// path instead of making one, because a namespace runc makes is owned by
-// host root (see the constants above).
-//
-// The owner is whoever creates the namespace, so the holder starts on a
-// thread switched to the owner's IDs (asHostID). It makes the namespace
-// and exits at once (holder.go); its zombie keeps the namespace reachable
-// at /proc/<pid>/ns/user until Close reaps it, and the daemon writes the
-// ID maps of the zombie's namespace. Cost: under a millisecond, almost all
-// of it the fork and exec.
-type userNS struct {
-	Fd   int
-	Path string
-	cmd  *exec.Cmd
-}
+// userNS is a user namespace held open for runc, which joins it by path
+// instead of making one, because a namespace runc makes is owned by host
+// root (see the constants above).
+type userNS = userns.NS
 
-// newUserNS makes a namespace owned by host user owner. holder is the
-// program that makes it (openHolder); when nil, the child is cloned into a
-// new namespace and re-executes this binary, through /proc/self/exe
-// because a path through directories only root may search would fail to
-// exec.
-func newUserNS(holder *os.File, owner uint32) (*userNS, error) {
-	var cmd *exec.Cmd
-	if holder != nil {
-		cmd = holderCommand(holder)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	} else {
-		cmd = exec.Command("/proc/self/exe", "--corral-userns-holder")
-		cmd.Env = []string{}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL}
-	}
-	if err := asHostID(owner, cmd.Start); err != nil {
-		return nil, fmt.Errorf("starting user namespace holder: %w", err)
-	}
-	ns := &userNS{Fd: -1, Path: "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user", cmd: cmd}
-	if holder != nil {
-		// Until it has exited, it may not have made the namespace yet.
-		// WNOWAIT leaves the zombie in place.
-		var info unix.Siginfo
-		if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
-			ns.Close()
-			return nil, fmt.Errorf("waiting for user namespace holder: %w", err)
-		}
-		if err := checkNewUserNS(ns.Path, exitStatus(&info)); err != nil {
-			ns.Close()
-			return nil, err
-		}
-	}
-	// "The writing process must have the CAP_SETUID (CAP_SETGID)
-	// capability in the parent user namespace" to map more than its own
-	// ID: the daemon (host root) writes the maps, not the holder.
-	m := fmt.Sprintf("0 %d %d\n", idBase, idRange)
-	pid := filepath.Dir(filepath.Dir(ns.Path))
-	for _, f := range []string{"uid_map", "gid_map"} {
-		if err := os.WriteFile(filepath.Join(pid, f), []byte(m), 0); err != nil {
-			ns.Close()
-			return nil, fmt.Errorf("writing %s of user namespace: %w", f, err)
-		}
-	}
-	fd, err := unix.Open(ns.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		ns.Close()
-		return nil, fmt.Errorf("opening user namespace: %w", err)
-	}
-	ns.Fd = fd
-	return ns, nil
-}
-
-// exitStatus is si_status of a CLD_EXITED siginfo from waitid: the exit
-// code. (x/sys/unix leaves the union of siginfo_t unnamed; si_status sits
-// at byte 24 on Linux.)
-func exitStatus(info *unix.Siginfo) int {
-	b := (*[unsafe.Sizeof(*info)]byte)(unsafe.Pointer(info))
-	return int(int32(binary.NativeEndian.Uint32(b[24:28])))
-}
-
-// checkNewUserNS fails if the namespace at path is the daemon's own: the
-// holder, which exited with status, could not unshare (its status is the
-// errno).
-func checkNewUserNS(path string, status int) error {
-	var ours, theirs unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/user", &ours); err != nil {
-		return fmt.Errorf("checking user namespace: %w", err)
-	}
-	if err := unix.Stat(path, &theirs); err != nil {
-		return fmt.Errorf("checking user namespace: %w", err)
-	}
-	if ours.Ino == theirs.Ino && ours.Dev == theirs.Dev {
-		return fmt.Errorf("the user namespace holder could not make a namespace: unshare: %w", syscall.Errno(status))
-	}
-	return nil
-}
-
-// asHostID runs f on a locked OS thread whose real, effective and file
-// system user and group IDs are id. Credentials are per thread in the
-// kernel; the raw system calls change only this one (Go's Setuid would
-// change every thread). The saved IDs stay 0, so the thread can switch
-// back. f must not start goroutines that expect these credentials.
-//
-// It runs in a goroutine of its own: if the thread cannot get its IDs
-// back, the goroutine exits still locked and the runtime destroys the
-// thread rather than reuse it.
-func asHostID(id uint32, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		keep := uintptr(0) // saved ID: 0
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(id), uintptr(id), keep); e != 0 {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("switching thread to gid %d: %w", id, e)
-			return
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(id), uintptr(id), keep); e != 0 {
-			errc <- fmt.Errorf("switching thread to uid %d: %w", id, e)
-			return // gid changed: do not reuse the thread
-		}
-		err := f()
-		// The order matters: back to uid 0 first, which restores the
-		// effective capabilities (CAP_SETGID) needed for the gid.
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, 0, 0, 0); e != 0 {
-			errc <- errors.Join(err, fmt.Errorf("switching thread back to uid 0: %w", e))
-			return
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, 0, 0, 0); e != 0 {
-			errc <- errors.Join(err, fmt.Errorf("switching thread back to gid 0: %w", e))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
-}
-
-// Close reaps the holder and closes the fd; the namespace lives on as
-// long as processes (the sandbox) or mounts (its idmapped root) use it.
-func (ns *userNS) Close() {
-	if ns.Fd >= 0 {
-		unix.Close(ns.Fd)
-		ns.Fd = -1
-	}
-	if ns.cmd != nil {
-		_ = ns.cmd.Process.Kill()
-		_ = ns.cmd.Wait()
-		ns.cmd = nil
-	}
+// newUserNS makes a namespace owned by host user owner, with idMap (lines
+// of uid_map(5)) as its user and group ID maps.
+func newUserNS(h *userns.Holder, owner uint32, idMap string) (*userNS, error) {
+	return h.New(owner, idMap, idMap)
 }
 
 // shiftOwners moves the owners of every file under dir with IDs below
@@ -398,8 +275,7 @@ func (ns *userNS) Close() {
 // idempotent: IDs already in the range are left alone. chown clears the
 // set-user-ID and set-group-ID bits and drops file capabilities; the mode
 // is restored, capabilities are not (no_new_privs ignores them anyway).
-// It never follows symlinks. Cost: an lstat and an lchown per file, about
-// 10 µs each.
+// It never follows symlinks. Cost: an lstat and an lchown per file.
 func shiftOwners(dir string) error {
 	return filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -435,36 +311,49 @@ func shiftOwners(dir string) error {
 	})
 }
 
-// shifted reports whether the root at rootfs comes from a template whose
-// owners PrepareTemplate shifted, judged by the agent's mount point that
-// PrepareTemplate makes: sandboxes of templates built before user
-// namespaces, or by a daemon without them, run without one.
-func shifted(rootfs string) (bool, error) {
+// rootBase returns the host ID that root of a sandbox on rootfs runs as,
+// judged by the owner of the agent's mount point that PrepareTemplate
+// makes: idBase for a root shown in the stored range, a slot's
+// rangeBase for one whose layers show it in that slot's range. It returns
+// false for sandboxes of templates built before user namespaces, or by a
+// daemon without them, which run without one.
+func rootBase(rootfs string) (uint32, bool, error) {
 	fi, err := os.Lstat(filepath.Join(rootfs, AgentDest))
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("checking template owners: %w", err)
+		return 0, false, fmt.Errorf("checking template owners: %w", err)
 	}
-	return fi.Sys().(*syscall.Stat_t).Uid == idBase, nil
+	uid := fi.Sys().(*syscall.Stat_t).Uid
+	if _, ok := rangeSlot(uid); ok || uid == idBase {
+		return uid, true, nil
+	}
+	return 0, false, nil
+}
+
+// shifted reports whether the root at rootfs comes from a template whose
+// owners PrepareTemplate shifted (rootBase).
+func shifted(rootfs string) (bool, error) {
+	_, ok, err := rootBase(rootfs)
+	return ok, err
 }
 
 // RootUserNS returns the ID mapping that a sandbox with the root file
-// system rootfs needs: the sandbox ID range when PrepareTemplate shifted
+// system rootfs needs: its range (rootBase) when PrepareTemplate shifted
 // its template's owners, the zero UserNS otherwise. With a mapping it
 // also shifts the owner of the root directory itself, as Create does.
 // Other OCI drivers (gVisor) use it to show the same templates with their
 // original owners.
 func RootUserNS(rootfs string) (UserNS, error) {
-	ok, err := shifted(rootfs)
+	base, ok, err := rootBase(rootfs)
 	if err != nil || !ok {
 		return UserNS{}, err
 	}
 	if err := shiftRootDir(rootfs); err != nil {
 		return UserNS{}, err
 	}
-	return UserNS{HostID: idBase, Size: idRange}, nil
+	return UserNS{HostID: base, Size: idRange}, nil
 }
 
 // shiftRootDir shifts the owner of the root directory itself (see

@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/rootfs"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/storagetest"
-	"github.com/corralrun/corral/internal/template"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -80,11 +80,15 @@ func closeAndCheck(t testing.TB, b *Backend, dir string) {
 }
 
 func TestConformance(t *testing.T) {
-	storagetest.Run(t, func(t *testing.T) storage.Backend {
-		b, _ := newTestBackend(t)
-		return b
-	}, func(t *testing.T, old storage.Backend) storage.Backend {
-		return openTestBackend(t, old.(*Backend).dir)
+	storagetest.Run(t, storagetest.Config{
+		New: func(t *testing.T) storage.Backend {
+			b, _ := newTestBackend(t)
+			return b
+		},
+		Reopen: func(t *testing.T, old storage.Backend) storage.Backend {
+			return openTestBackend(t, old.(*Backend).dir)
+		},
+		Caps: storagetest.Capabilities{SealedTemplates: true, DiskLimit: true, IDMap: true, VolumeLimit: true},
 	})
 }
 
@@ -485,7 +489,7 @@ func BenchmarkCreateRoot(b *testing.B) {
 			testutil.RequiresBinary(b, "busybox")
 			be := openModeBackend(b, bc.mode, nil)
 			ctx := b.Context()
-			if err := be.CreateTemplate(ctx, "busybox", func(dir string) error { return template.FillBusybox(dir, "") }); err != nil {
+			if err := be.CreateTemplate(ctx, "busybox", func(dir string) error { return rootfs.FillBusybox(dir, "") }); err != nil {
 				b.Fatal(err)
 			}
 			var create, del time.Duration

@@ -67,16 +67,15 @@ const (
 )
 
 // SubvolumeIoctls returns the ioctl request numbers that create btrfs
-// subvolumes and snapshots (BTRFS_IOC_SNAP_CREATE, _SUBVOL_CREATE and
-// their _V2 forms). btrfs lets any user who can write a directory create a
+// subvolumes and snapshots (BTRFS_IOC_SNAP_CREATE, _SUBVOL_CREATE and their
+// _V2 forms). btrfs lets any user who can write a directory create a
 // subvolume there, and a subvolume has a qgroup of its own, outside the
-// disk limit of the subvolume it sits in (measured on the old layout,
-// where a root was a snapshot: 30 MiB written into a nested subvolume of a
-// root limited to 5 MiB). Roots of this backend are overlayfs mounts,
+// disk limit of the subvolume it sits in, so writes into a nested subvolume
+// would escape a root's limit. Roots of this backend are overlayfs mounts,
 // which answer these requests with ENOTTY, so a sandbox on them cannot do
-// that (TestSubvolumeIoctlsRejected). A driver that gives a sandbox a
-// btrfs directory directly (a volume, say) should deny these requests
-// inside the sandbox, e.g. with a seccomp rule on ioctl's second argument.
+// that (TestSubvolumeIoctlsRejected). A driver that gives a sandbox a btrfs
+// directory directly (a volume, say) should deny these requests inside the
+// sandbox, e.g. with a seccomp rule on ioctl's second argument.
 func SubvolumeIoctls() []uint64 {
 	return []uint64{iocSnapCreate, iocSubvolCreate, uint64(iocSnapCreateV2), uint64(iocSubvolCreateV2)}
 }

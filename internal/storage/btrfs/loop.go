@@ -133,8 +133,7 @@ func mountImage(img, mnt string) error {
 
 // waitLoopFreed waits up to timeout until no loop device is backed by img
 // and reports whether none is. After the last unmount the kernel detaches
-// an autoclear device at once (measured: within about a millisecond), but
-// not while the filesystem is still mounted elsewhere.
+// an autoclear device at once, but not while the filesystem is still mounted elsewhere.
 func waitLoopFreed(img string, timeout time.Duration) (string, bool) {
 	deadline := time.Now().Add(timeout)
 	for {

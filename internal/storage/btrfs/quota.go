@@ -306,21 +306,23 @@ func (b *Backend) restoreLimits() error {
 	return os.Remove(b.limitsFile())
 }
 
-// rootLimits returns the exclusive-bytes limit of every root that has one,
-// by subvolume ID.
+// rootLimits returns the exclusive-bytes limit of every root and volume
+// that has one, by subvolume ID.
 func (b *Backend) rootLimits() (map[uint64]uint64, error) {
-	roots, err := fsutil.ListNames(b.rootsDir())
-	if err != nil {
-		return nil, err
-	}
 	limits := map[uint64]uint64{}
-	for _, r := range roots {
-		id, err := subvolIDAt(filepath.Join(b.rootsDir(), r))
+	for _, dir := range []string{b.rootsDir(), b.volumesDir()} {
+		names, err := fsutil.ListNames(dir)
 		if err != nil {
 			return nil, err
 		}
-		if n, ok := b.qgroupValue(id, "max_exclusive"); ok && n > 0 {
-			limits[id] = n
+		for _, r := range names {
+			id, err := subvolIDAt(filepath.Join(dir, r))
+			if err != nil {
+				return nil, err
+			}
+			if n, ok := b.qgroupValue(id, "max_exclusive"); ok && n > 0 {
+				limits[id] = n
+			}
 		}
 	}
 	return limits, nil
@@ -533,14 +535,14 @@ func (b *Backend) inconsistencies() int64 {
 	return b.quota.inconsistencies
 }
 
-// limitedRootAllowed refuses a root with a disk limit while the limit
-// would not be enforced.
-func (b *Backend) limitedRootAllowed(id string) error {
+// limitedRootAllowed refuses a root or volume (what) with a disk limit
+// while the limit would not be enforced.
+func (b *Backend) limitedRootAllowed(what string) error {
 	if b.checkQuota() {
 		return nil
 	}
 	return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
-		"cannot create root %s with a disk limit: disk quota accounting is inconsistent and being repaired", id), quotaRetryAfter)
+		"cannot create %s with a disk limit: disk quota accounting is inconsistent and being repaired", what), quotaRetryAfter)
 }
 
 // limitRoot limits the exclusive bytes of the subvolume at path.

@@ -21,8 +21,7 @@ import (
 const spareRoots = 2
 
 // Spare roots take the seed's snapshot off CreateRoot's path. A snapshot
-// costs a transaction commit (1.6-4 ms measured on the loop image, while
-// sandboxes start); renaming a subvolume that is already committed does
+// costs a transaction commit; renaming a subvolume that is already committed does
 // not. So the backend keeps up to spareRoots snapshots of the seed in
 // spares/, makes them at New and at DeleteRoot (whose unmount commits
 // anyway), and CreateRoot renames one to roots/<id>, or snapshots the

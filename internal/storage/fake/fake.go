@@ -1,7 +1,9 @@
 // Package fake is a storage.Backend for unit tests: templates are plain
 // directories and a root is a full copy of its template's files (no
-// copy-on-write, no quota). It is slow for big trees and meant only for
-// tests that exercise the layers above storage.
+// copy-on-write, no quota, no read-only seal). It is slow for big trees
+// and meant only for tests that exercise the layers above storage. It
+// meets the storagetest contract apart from the abilities its test
+// declares missing.
 package fake
 
 import (
@@ -16,6 +18,7 @@ import (
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/storage/internal/fsutil"
 )
 
 // Backend is the fake backend. FailCreateRoot, when set, makes CreateRoot
@@ -30,6 +33,7 @@ type Backend struct {
 var (
 	_ storage.Backend = (*Backend)(nil)
 	_ storage.Changes = (*Backend)(nil)
+	_ storage.Volumes = (*Backend)(nil)
 )
 
 // New returns a backend keeping its trees under dir.
@@ -39,7 +43,12 @@ func New(dir string) *Backend { return &Backend{dir: dir} }
 func (b *Backend) Name() string { return "fake" }
 
 // CreateTemplate fills a temporary directory and renames it into place.
+// Names follow the rules of the real backends (errdefs.ErrInvalidArgument
+// otherwise), so that tests above storage see the same refusals.
 func (b *Backend) CreateTemplate(_ context.Context, name string, fill func(string) error) error {
+	if err := fsutil.CheckName("template name", name); err != nil {
+		return err
+	}
 	final := b.TemplatePath(name)
 	if _, err := os.Stat(final); err == nil {
 		return errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name)
@@ -47,8 +56,14 @@ func (b *Backend) CreateTemplate(_ context.Context, name string, fill func(strin
 	if err := os.MkdirAll(filepath.Join(b.dir, "templates"), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(b.dir, "templates"), ".tmp-")
+	tmp, err := os.MkdirTemp(filepath.Join(b.dir, "templates"), fsutil.TempPrefix)
 	if err != nil {
+		return err
+	}
+	// The tree's root is the sandbox's "/", which everyone must be able
+	// to traverse; MkdirTemp makes it 0700.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
 		return err
 	}
 	if err := fill(tmp); err != nil {
@@ -64,6 +79,9 @@ func (b *Backend) CreateTemplate(_ context.Context, name string, fill func(strin
 
 // DeleteTemplate removes a template tree.
 func (b *Backend) DeleteTemplate(_ context.Context, name string) error {
+	if err := fsutil.CheckName("template name", name); err != nil {
+		return err
+	}
 	if _, err := os.Stat(b.TemplatePath(name)); errors.Is(err, os.ErrNotExist) {
 		return errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
 	}
@@ -85,6 +103,12 @@ func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts stor
 		if err := fail(id); err != nil {
 			return "", err
 		}
+	}
+	if err := fsutil.CheckName("root id", id); err != nil {
+		return "", err
+	}
+	if err := fsutil.CheckName("template name", template); err != nil {
+		return "", err
 	}
 	if opts.DiskBytes > 0 {
 		return "", errdefs.Errorf(errdefs.ErrNotImplemented, "fake storage cannot enforce a disk limit")
@@ -112,7 +136,12 @@ func (b *Backend) SetFailCreateRoot(f func(id string) error) {
 }
 
 // DeleteRoot removes a root; idempotent.
-func (b *Backend) DeleteRoot(_ context.Context, id string) error { return os.RemoveAll(b.RootPath(id)) }
+func (b *Backend) DeleteRoot(_ context.Context, id string) error {
+	if err := fsutil.CheckName("root id", id); err != nil {
+		return err
+	}
+	return os.RemoveAll(b.RootPath(id))
+}
 
 // Roots lists the roots.
 func (b *Backend) Roots(context.Context) ([]string, error) { return b.list("roots") }
@@ -146,6 +175,8 @@ func (b *Backend) list(sub string) ([]string, error) {
 	return out, nil
 }
 
+// copyTree copies the directories, symlinks and regular files under src
+// to dst with their exact modes, whatever the process umask.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -159,7 +190,10 @@ func copyTree(src, dst string) error {
 		}
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(target, info.Mode().Perm())
+			if err := os.MkdirAll(target, info.Mode().Perm()); err != nil {
+				return err
+			}
+			return os.Chmod(target, info.Mode().Perm())
 		case d.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -171,7 +205,10 @@ func copyTree(src, dst string) error {
 			if err != nil {
 				return err
 			}
-			return os.WriteFile(target, data, info.Mode().Perm())
+			if err := os.WriteFile(target, data, info.Mode().Perm()); err != nil {
+				return err
+			}
+			return os.Chmod(target, info.Mode().Perm())
 		}
 		return nil
 	})

@@ -12,6 +12,8 @@
 //	roots/<id>/work            overlayfs work dir
 //	roots/<id>/merged          the overlay mount: the root's path
 //	roots/<id>/lower           inode number of the template tree in use
+//	volumes/<name>             a volume: a plain directory, which the
+//	                           backend cannot limit in size
 //
 // Overlayfs forbids changing a lower layer under a mounted overlay, so
 // DeleteTemplate only renames a template that roots still use, and its
@@ -39,6 +41,7 @@ import (
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/internal/fsutil"
 	"github.com/corralrun/corral/internal/storage/internal/ovl"
+	"github.com/corralrun/corral/internal/undo"
 )
 
 // Config configures New.
@@ -58,11 +61,16 @@ type Backend struct {
 	log    *slog.Logger
 	dir    string
 	layers *ovl.Layers
+	// DirVolumes keeps volumes as plain directories under volumes/: no
+	// size limit, and a copy that shares extents only where the
+	// file system has reflinks (storage.Volumes).
+	fsutil.DirVolumes
 }
 
 var (
 	_ storage.Backend = (*Backend)(nil)
 	_ storage.Changes = (*Backend)(nil)
+	_ storage.Volumes = (*Backend)(nil)
 )
 
 // New opens the overlay storage under cfg.Dir. It removes templates that a
@@ -81,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := ovl.CheckDir(dir); err != nil {
 		return nil, err
 	}
-	b := &Backend{log: cfg.Logger, dir: dir}
+	b := &Backend{log: cfg.Logger, dir: dir, DirVolumes: fsutil.DirVolumes{Dir: filepath.Join(dir, "volumes")}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -114,6 +122,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 				return nil, fmt.Errorf("sealing template %s: %w", e.Name(), err)
 			}
 		}
+	}
+	if err := b.RemoveTemp(); err != nil {
+		return nil, fmt.Errorf("removing unfinished volume copies: %w", err)
 	}
 	if err := b.layers.Collect(ctx); err != nil {
 		return nil, err
@@ -176,13 +187,14 @@ func (b *Backend) CreateTemplate(ctx context.Context, name string, fill func(dir
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("creating dir for template %s: %w", name, err)
 	}
-	defer func() {
-		if err != nil {
-			if rerr := os.RemoveAll(tmp); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("removing half-made template %s: %w", tmp, rerr))
-			}
+	var u undo.Stack
+	defer u.OnError(ctx, &err)
+	u.Add(func(context.Context) error {
+		if err := os.RemoveAll(tmp); err != nil {
+			return fmt.Errorf("removing half-made template %s: %w", tmp, err)
 		}
-	}()
+		return nil
+	})
 	// The tree's root becomes the sandbox's "/": 0755 whatever our umask.
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return fmt.Errorf("creating dir for template %s: %w", name, err)
@@ -210,11 +222,10 @@ func (b *Backend) Templates(ctx context.Context) ([]string, error) {
 }
 
 // CreateRoot mounts an overlay with template as its lower layer at
-// roots/<id>/merged: a few mkdirs and one mount, about 0.75 ms measured.
-// It refuses
+// roots/<id>/merged: a few mkdirs and one mount. It refuses
 // opts.DiskBytes > 0 with an error wrapping errdefs.ErrNotImplemented:
-// overlayfs has no quota, and this host's ext4 and xfs have no project
-// quotas. Unknown templates return an error wrapping errdefs.ErrNotFound,
+// overlayfs has no quota of its own, and the backend does not set up
+// project quotas on the filesystem under it. Unknown templates return an error wrapping errdefs.ErrNotFound,
 // an existing id one wrapping ErrAlreadyExists.
 func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts storage.RootOptions) (_ string, err error) {
 	if opts.DiskBytes != 0 {
@@ -234,28 +245,25 @@ func (b *Backend) CreateRoot(ctx context.Context, id, template string, opts stor
 		}
 		return "", fmt.Errorf("creating root %s: %w", id, err)
 	}
-	defer func() {
-		if err != nil {
-			if derr := b.removeRoot(ctx, root); derr != nil {
-				err = errors.Join(err, derr)
-			}
-		}
-	}()
+	var u undo.Stack
+	defer u.OnError(ctx, &err)
+	u.Add(func(ctx context.Context) error { return b.removeRoot(ctx, root) })
 	merged := b.RootPath(id)
 	if err := os.Mkdir(merged, 0o755); err != nil {
 		return "", fmt.Errorf("creating root %s: %w", id, err)
 	}
-	if err := b.layers.Mount(id, template, merged); err != nil {
+	if err := b.layers.Mount(id, template, merged, opts.IDMap); err != nil {
 		return "", err
 	}
 	return merged, nil
 }
 
 // DeleteRoot unmounts root id (retrying for a second while busy, then
-// detaching lazily) and removes its directory. It costs 4-9 ms
-// measured, most of it the sync of the upper filesystem that unmounting an
-// overlay implies, plus a walk of everything the sandbox wrote. A root whose mount is already gone (host reboot, crash
-// during create) is removed just the same; a missing root is not an error.
+// detaching lazily) and removes its directory. Most of its cost is the
+// sync of the upper filesystem that unmounting an overlay implies, plus a
+// walk of everything the sandbox wrote. A root whose mount is already gone
+// (host reboot, crash during create) is removed just the same; a missing
+// root is not an error.
 func (b *Backend) DeleteRoot(ctx context.Context, id string) error {
 	if err := fsutil.CheckName("root id", id); err != nil {
 		return err

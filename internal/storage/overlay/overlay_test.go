@@ -15,10 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/rootfs"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/internal/fsutil"
 	"github.com/corralrun/corral/internal/storage/storagetest"
-	"github.com/corralrun/corral/internal/template"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -62,11 +62,15 @@ func closeAndCheck(t testing.TB, b *Backend, dir string) {
 }
 
 func TestConformance(t *testing.T) {
-	storagetest.Run(t, func(t *testing.T) storage.Backend {
-		b, _ := newTestBackend(t)
-		return b
-	}, func(t *testing.T, old storage.Backend) storage.Backend {
-		return openTestBackend(t, old.(*Backend).dir)
+	storagetest.Run(t, storagetest.Config{
+		New: func(t *testing.T) storage.Backend {
+			b, _ := newTestBackend(t)
+			return b
+		},
+		Reopen: func(t *testing.T, old storage.Backend) storage.Backend {
+			return openTestBackend(t, old.(*Backend).dir)
+		},
+		Caps: storagetest.Capabilities{SealedTemplates: true, IDMap: true},
 	})
 }
 
@@ -179,7 +183,7 @@ func BenchmarkCreateRoot(b *testing.B) {
 	testutil.RequiresBinary(b, "busybox")
 	be, _ := newTestBackend(b)
 	ctx := b.Context()
-	if err := be.CreateTemplate(ctx, "busybox", func(dir string) error { return template.FillBusybox(dir, "") }); err != nil {
+	if err := be.CreateTemplate(ctx, "busybox", func(dir string) error { return rootfs.FillBusybox(dir, "") }); err != nil {
 		b.Fatal(err)
 	}
 	var create, del time.Duration

@@ -3,13 +3,13 @@
 package gvisortest
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/corralrun/corral/internal/driver/gvisor"
+	"github.com/corralrun/corral/internal/mountinfo"
 )
 
 // Leftovers describes everything of a gVisor driver with Config.Root root
@@ -38,13 +38,10 @@ func Leftovers(root string) []string {
 			out = append(out, filepath.Join(dir, n.Name()))
 		}
 	}
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], mountDir+"/") {
-				out = append(out, "mount "+fields[4])
-			}
+	mps, _ := mountinfo.Under(mountDir)
+	for _, mp := range mps {
+		if mp != mountDir {
+			out = append(out, "mount "+mp)
 		}
 	}
 	return out

@@ -106,7 +106,7 @@ func (c Cgroup) OOMKills() (int64, error) {
 // InstanceStats is Stats of the cgroup that cgroup gives for instance id,
 // after checking id, with errors that name it: the Stats of both drivers.
 func InstanceStats(id string, cgroup func(string) Cgroup) (driver.Stats, error) {
-	if err := CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return driver.Stats{}, fmt.Errorf("reading stats of %s: %w", id, err)
 	}
 	s, err := cgroup(id).Stats()
@@ -119,7 +119,7 @@ func InstanceStats(id string, cgroup func(string) Cgroup) (driver.Stats, error) 
 // InstanceOOMKills is InstanceStats for the OOM-kill count alone
 // (driver.OOMCounter).
 func InstanceOOMKills(id string, cgroup func(string) Cgroup) (int64, error) {
-	if err := CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return 0, fmt.Errorf("reading OOM kills of %s: %w", id, err)
 	}
 	n, err := cgroup(id).OOMKills()
@@ -279,8 +279,7 @@ func (c Cgroup) Exists() error {
 
 // Freeze freezes (or thaws) every task of the cgroup through its freezer
 // and waits until the kernel reports the new state: the same thing `runc
-// pause` and `runc resume` do, without starting a process (a few hundred
-// microseconds instead of 5-6 ms). runc reads the freezer to tell a
+// pause` and `runc resume` do, without starting a process. runc reads the freezer to tell a
 // paused container, so `runc state` and `runc delete` agree with it.
 func (c Cgroup) Freeze(ctx context.Context, frozen bool) error {
 	file, value, done := filepath.Join(c.Dir("freezer"), "freezer.state"), "THAWED", "THAWED"

@@ -52,3 +52,35 @@ func Bind(src, dst string) error {
 	}
 	return nil
 }
+
+// LockedOptions returns the mount options (mount(8) names) that keep the
+// flags of the mount holding src which a user namespace cannot clear:
+// the kernel refuses a remount inside one that would drop a read-only,
+// noexec or access-time flag of a mount it received from outside, so a
+// runtime that remounts a bind with options of its own must repeat them.
+// nosuid and nodev are left out: every bind of a host directory sets
+// them anyway.
+func LockedOptions(src string) ([]string, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(src, &st); err != nil {
+		return nil, fmt.Errorf("reading the mount flags of %s: %w", src, err)
+	}
+	var out []string
+	if st.Flags&unix.ST_RDONLY != 0 {
+		out = append(out, "ro")
+	}
+	if st.Flags&unix.ST_NOEXEC != 0 {
+		out = append(out, "noexec")
+	}
+	// A remount without an access-time option means relatime.
+	switch {
+	case st.Flags&unix.ST_NOATIME != 0:
+		out = append(out, "noatime")
+	case st.Flags&unix.ST_RELATIME == 0:
+		out = append(out, "strictatime")
+	}
+	if st.Flags&unix.ST_NODIRATIME != 0 {
+		out = append(out, "nodiratime")
+	}
+	return out, nil
+}

@@ -48,19 +48,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestCheckID(t *testing.T) {
-	for _, id := range []string{"", "..", ".hidden", "a/b", "a b", string(make([]byte, 200))} {
-		if err := CheckID(id); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("CheckID(%q) = %v, want ErrInvalidArgument", id, err)
-		}
-	}
-	for _, id := range []string{"a", "sb-1.2_x+y"} {
-		if err := CheckID(id); err != nil {
-			t.Errorf("CheckID(%q) = %v", id, err)
-		}
-	}
-}
-
 func TestMakeMountPoints(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chown needs root")

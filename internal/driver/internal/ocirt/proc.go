@@ -5,26 +5,10 @@ import (
 	"context"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/corralrun/corral/internal/errdefs"
 )
-
-// validID matches runc's own rule for container IDs (runsc's is the
-// same), minus dots at the start so that an ID can never be "." or "..".
-var validID = regexp.MustCompile(`^[A-Za-z0-9_+\-][A-Za-z0-9_+.\-]*$`)
-
-// CheckID refuses IDs that runtimes reject or that are unsafe as file
-// names, with an error wrapping errdefs.ErrInvalidArgument.
-func CheckID(id string) error {
-	if len(id) > 128 || !validID.MatchString(id) {
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid sandbox id %q", id)
-	}
-	return nil
-}
 
 // ReadPid reads a pid file as runtimes write it (--pid-file).
 func ReadPid(name string) (int, error) {

@@ -10,10 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/undo"
 )
 
 // maxSocketPath is the longest path a unix socket address can hold
@@ -25,7 +25,7 @@ const maxSocketPath = 107
 // creates its directory dir, failing with ErrAlreadyExists when dir
 // exists. Errors name no operation; the caller adds it.
 func MakeSandboxDir(id, rootfs, dir, sock string) error {
-	if err := CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return err
 	}
 	if !filepath.IsAbs(rootfs) {
@@ -46,25 +46,24 @@ func MakeSandboxDir(id, rootfs, dir, sock string) error {
 // logTail is how much of a sandbox's log a failed create reports.
 const logTail = 2048
 
-// CleanUpFailed is deferred by a create that may fail after it made the
-// sandbox's directory: when *errp is set, it undoes everything with
-// destroy, which must handle every partial state, under a context of its
-// own (the caller's may be what ended), and adds destroy's error and the
-// end of the log at logPath (the agent's and the runtime's output) to
-// *errp.
-func CleanUpFailed(ctx context.Context, errp *error, logPath string, destroy func(context.Context) error) {
+// UndoFailed is deferred by a create that registered on u the releases of
+// what it made, the first of them one that handles every partial state of
+// the sandbox's directory: when *errp is set, it runs them (u.OnError),
+// adds the end of the log at logPath (the agent's and the runtime's
+// output), read before the releases since they remove the directory that
+// holds it, and prefixes *errp with doing. When *errp is nil it drops the
+// releases.
+func UndoFailed(ctx context.Context, u *undo.Stack, errp *error, logPath, doing string) {
 	if *errp == nil {
+		u.Keep()
 		return
 	}
 	tail := ReadTail(logPath, logTail)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := destroy(ctx); err != nil {
-		*errp = errors.Join(*errp, fmt.Errorf("cleaning up: %w", err))
-	}
+	u.OnError(ctx, errp)
 	if tail != "" {
 		*errp = fmt.Errorf("%w\n%s:\n%s", *errp, filepath.Base(logPath), tail)
 	}
+	*errp = fmt.Errorf("%s: %w", doing, *errp)
 }
 
 // RunLogged runs cmd, a runtime command that starts a sandbox, with
@@ -99,7 +98,7 @@ func RunLogged(ctx context.Context, cmd *exec.Cmd, logPath string) error {
 // init has exited and one that was created but never started are both
 // stopped; an unknown one is StatusUnknown with a nil error.
 func (c CLI) State(ctx context.Context, id string) (driver.Status, error) {
-	if err := CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return driver.StatusUnknown, nil
 	}
 	out, err := c.Run(ctx, nil, "state", id)
@@ -129,7 +128,7 @@ func (c CLI) State(ctx context.Context, id string) (driver.Status, error) {
 // Do runs `<runtime> verb id` (pause, resume) and returns its error with
 // the errdefs kind that matches the runtime's message.
 func (c CLI) Do(ctx context.Context, verb, id string) error {
-	if err := CheckID(id); err != nil {
+	if err := driver.CheckID(id); err != nil {
 		return err
 	}
 	if _, err := c.Run(ctx, nil, verb, id); err != nil {

@@ -2,7 +2,6 @@ package ocirt
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,11 +9,13 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/memfd"
 )
 
 // runcSeals are the seals that make runc take a memfd for a safe copy of
 // itself: it cannot be written, grown, shrunk or unsealed.
-const runcSeals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+const runcSeals = memfd.Seals
 
 // A Sealed is an executable kept as a sealed in-memory copy, which
 // commands run instead of the file.
@@ -22,14 +23,12 @@ const runcSeals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | uni
 // For runc this saves work in every container start. Against
 // CVE-2019-5736 (a container overwriting the host's runc through
 // /proc/self/exe), runc makes sure that a container's init does not run
-// the file itself: Debian 12's runc 1.1.5 bind-mounts itself read-only in
-// every `runc init` and executes itself a second time (seen with strace);
-// other builds copy themselves into memory, and runc 1.2 and later mount a
+// the file itself: some builds bind-mount themselves read-only in every
+// `runc init` and execute themselves a second time, other builds copy themselves into memory, and runc 1.2 and later mount a
 // private overlay over the binary in `runc run` and `runc create`. Each
 // skips its step when runc already runs from a memfd sealed with
 // runcSeals, which nothing can change; runc's memfd-bind tool makes the
-// same copy for this purpose. Measured here: 0.45-0.75 ms of a 38 ms
-// `runc run` in three of four interleaved runs.
+// same copy for this purpose.
 //
 // When the file changes (an upgrade), the next Path makes a new copy.
 // Earlier copies stay open until Close: a command may still be starting
@@ -133,42 +132,13 @@ func sealedCopy(path string, id fileID) (*os.File, error) {
 		// interpreter opens it.
 		return nil, fmt.Errorf("%s is not an ELF executable", path)
 	}
-	f, err := SealedMemfd(filepath.Base(path), io.MultiReader(bytes.NewReader(magic), src))
+	f, err := memfd.Sealed(filepath.Base(path), io.MultiReader(bytes.NewReader(magic), src))
 	if err != nil {
 		return nil, fmt.Errorf("copying %s into memory: %w", path, err)
 	}
 	if after, err := statID(path); err != nil || after != id {
 		f.Close()
 		return nil, fmt.Errorf("copying %s into memory: it changed during the copy", path)
-	}
-	return f, nil
-}
-
-// SealedMemfd returns a close-on-exec memfd named name holding what src
-// reads, executable (mode 0555) and sealed against writing, growing,
-// shrinking and further sealing.
-func SealedMemfd(name string, src io.Reader) (*os.File, error) {
-	// MFD_EXEC: executable whatever vm.memfd_noexec says (Linux 6.3;
-	// earlier kernels refuse the flag and allow execution anyway).
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
-	if errors.Is(err, unix.EINVAL) {
-		fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating memfd %s: %w", name, err)
-	}
-	f := os.NewFile(uintptr(fd), "memfd:"+name)
-	if _, err := io.Copy(f, src); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("filling memfd %s: %w", name, err)
-	}
-	if err := f.Chmod(0o555); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("making memfd %s executable: %w", name, err)
-	}
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, runcSeals); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("sealing memfd %s: %w", name, err)
 	}
 	return f, nil
 }

@@ -1,4 +1,0 @@
-package agentd
-
-// MaxSpawnThreads is maxSpawnThreads, for the binary's tests.
-const MaxSpawnThreads = maxSpawnThreads

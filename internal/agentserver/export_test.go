@@ -1,0 +1,4 @@
+package agentserver
+
+// MaxSpawnThreads is maxSpawnThreads, for the binary's tests.
+const MaxSpawnThreads = maxSpawnThreads

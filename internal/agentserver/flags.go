@@ -1,0 +1,41 @@
+package agentserver
+
+import (
+	"flag"
+	"os"
+)
+
+// agentFlags are the agent's command-line flags (see the package
+// documentation for the contract with drivers).
+type agentFlags struct {
+	listenFD   int
+	readyFD    int
+	dial       string
+	filter     string
+	filterFile string
+	oneThread  bool
+	limits     string
+	rlimits    []rlimit
+}
+
+// parseFlags parses args; the flag package has already reported an error
+// on stderr when it returns one.
+func parseFlags(args []string) (agentFlags, error) {
+	var f agentFlags
+	fl := flag.NewFlagSet("corral agent", flag.ContinueOnError)
+	fl.SetOutput(os.Stderr)
+	fl.IntVar(&f.listenFD, "listen-fd", -1, "inherited `fd` of a listening stream socket to serve on")
+	fl.IntVar(&f.readyFD, "ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
+	fl.StringVar(&f.dial, "dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
+	fl.StringVar(&f.filter, "seccomp", "", "seccomp `program` (base64) to install on the agent, or with --spawn-thread on the thread that starts processes, and so on everything it starts, before it serves")
+	fl.StringVar(&f.filterFile, "seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
+	fl.BoolVar(&f.oneThread, "spawn-thread", false, "start every process from one thread that alone carries the --seccomp filter, instead of filtering every thread (gVisor, where a filter costs per thread)")
+	fl.StringVar(&f.limits, "limits", "", "`file` of FILE=VALUE lines, each a file to write before serving, such as a cgroup limit inside gVisor")
+	fl.Func("rlimit", "`RLIMIT_NAME=VALUE`: lower that resource limit, soft and hard, before serving, for every process the agent starts (repeatable)", func(s string) error {
+		r, err := parseRlimit(s)
+		f.rlimits = append(f.rlimits, r)
+		return err
+	})
+	err := fl.Parse(args)
+	return f, err
+}
