@@ -270,3 +270,46 @@ func TestSweepStaleSlots(t *testing.T) {
 	}
 	checkNoSlots(t, d)
 }
+
+// TestSweepPastStuckSlot: a stale slot the sweep cannot clear (here one
+// holding an entry nobody expects) stays and is reported, and the sweep
+// still clears the others; an allocation whose search probes it moves on.
+func TestSweepPastStuckSlot(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
+	stuck, _ := staleSlot(t, d, "stuck")
+	junk := filepath.Join(d.slotDir(stuck), "junk")
+	if err := os.WriteFile(junk, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(junk)
+		d.clearSlot(stuck)
+	})
+	gone, mnt := staleSlot(t, d, "ghost")
+
+	n, err := d.sweepSlots()
+	if err == nil || !strings.Contains(err.Error(), "junk") {
+		t.Errorf("sweep error = %v, want one naming the stuck slot's entry", err)
+	}
+	if n < 1 {
+		t.Errorf("cleared %d slots, want the ghost's at least", n)
+	}
+	if _, err := os.Lstat(d.slotDir(gone)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stale slot %d kept behind the stuck one: %v", gone, err)
+	}
+	if m := testutil.Mounts(t, mnt); len(m) != 0 {
+		t.Errorf("stale mount kept: %v", m)
+	}
+	other := d.dir("other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := d.allocSlotFrom(other, stuck)
+	if err != nil || got == stuck {
+		t.Errorf("allocation from the stuck slot = %d, %v; want another slot", got, err)
+	}
+	if err := d.releaseSlot(other); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -124,7 +124,9 @@ func (d *Driver) allocSlotFrom(dir string, start int) (int, string, error) {
 				continue
 			}
 			if err := d.clearSlot(n); err != nil {
-				return 0, "", err
+				// Left for the next sweep to report; the search goes on.
+				d.log.Warn("stale user namespace slot kept", "slot", n, "error", err)
+				continue
 			}
 			err = os.Mkdir(sd, 0o700)
 		}
@@ -177,18 +179,23 @@ func (d *Driver) sweepSlots() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("listing slots: %w", err)
 	}
+	// A slot that cannot be cleared (a root still mounted in a way
+	// unmount refuses, or entries nobody expects) stays, reported; it
+	// must not keep the sweep from the others.
 	cleared := 0
+	var errs []error
 	for _, e := range entries {
 		n, err := strconv.Atoi(e.Name())
 		if err != nil || n < 0 || n >= idSlots || !e.IsDir() || !d.slotStale(n) {
 			continue
 		}
 		if err := d.clearSlot(n); err != nil {
-			return cleared, err
+			errs = append(errs, err)
+			continue
 		}
 		cleared++
 	}
-	return cleared, nil
+	return cleared, errors.Join(errs...)
 }
 
 // clearSlot unmounts slot n's root and sysfs (netns.go) and removes the
@@ -205,10 +212,25 @@ func (d *Driver) clearSlot(n int) error {
 	}
 	for _, p := range []string{filepath.Join(sd, "owner"), mnt, sys, sd} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("removing slot %d: %w", n, err)
+			return fmt.Errorf("removing slot %d: %w%s", n, err, dirEntries(p))
 		}
 	}
 	return nil
+}
+
+// dirEntries names up to eight entries of the directory dir, for an error
+// that says what kept it from being removed; "" when dir lists none.
+func dirEntries(dir string) string {
+	f, err := os.Open(dir)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(8)
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (holds %s)", strings.Join(names, ", "))
 }
 
 // releaseSlot frees the slot recorded in the sandbox directory dir, if
