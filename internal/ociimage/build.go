@@ -64,8 +64,10 @@ type copySpec struct {
 // Plan is a build file with every step's key computed, ready to run.
 type Plan struct {
 	Steps []Step
-	// Base is the FROM image, nil for "FROM scratch".
+	// Base is the FROM image, nil for "FROM scratch" and for a local base.
 	Base *Image
+	// Local is the FROM tree of Instruction.FromTemplate, or nil.
+	Local *LocalBase
 	// Key is the snapshot key of the final tree.
 	Key string
 	// Defaults is the configuration of the result: the base image's,
@@ -90,7 +92,32 @@ type Builder struct {
 	// Resolve returns the image a FROM names (typically Cache.Pull, or
 	// Cache.Image for a digest); it is not called for "FROM scratch".
 	Resolve func(ctx context.Context, ref string) (*Image, error)
+	// Local resolves Instruction.FromTemplate; nil refuses such a FROM.
+	Local func(ctx context.Context, name string) (*LocalBase, error)
 }
+
+// LocalBase is a tree of this host that a build starts from instead of
+// an image (a template of the daemon's).
+type LocalBase struct {
+	// Key identifies the tree's content: a changed tree has another key,
+	// so that the steps after it run again.
+	Key string
+	// Defaults are the tree's run settings, which later steps change.
+	Defaults Defaults
+	// Fill copies the tree into dir, an existing empty directory.
+	Fill func(ctx context.Context, dir string) error
+}
+
+// LineError is the error of one instruction of a build, planned or run.
+// Line is the instruction's Line.
+type LineError struct {
+	Line int
+	Err  error
+	msg  string
+}
+
+func (e *LineError) Error() string { return e.msg }
+func (e *LineError) Unwrap() error { return e.Err }
 
 // BuildOptions are the inputs of one build besides the file.
 type BuildOptions struct {
@@ -165,7 +192,8 @@ func (b *Builder) Build(ctx context.Context, file []Instruction, opts BuildOptio
 		fmt.Fprintf(out, "step %d/%d: %s\n", st.Number, st.Total, st.Text)
 		began := time.Now()
 		if err := b.runStep(ctx, st, plan, opts, out); err != nil {
-			return nil, fmt.Errorf("step %d/%d (line %d) %s: %w", st.Number, st.Total, st.Line, st.Cmd, err)
+			return nil, &LineError{Line: st.Line, Err: err,
+				msg: fmt.Sprintf("step %d/%d (line %d) %s: %v", st.Number, st.Total, st.Line, st.Cmd, err)}
 		}
 		fmt.Fprintf(out, "step %d/%d done in %s\n", st.Number, st.Total, time.Since(began).Round(time.Millisecond))
 		res.Ran = append(res.Ran, st.Number)
@@ -191,6 +219,9 @@ func (b *Builder) runStep(ctx context.Context, st *Step, plan *Plan, opts BuildO
 func (b *Builder) apply(ctx context.Context, dir string, st *Step, plan *Plan, opts BuildOptions, out io.Writer) error {
 	switch st.Cmd {
 	case "FROM":
+		if plan.Local != nil {
+			return plan.Local.Fill(ctx, dir)
+		}
 		if plan.Base == nil {
 			return nil
 		}

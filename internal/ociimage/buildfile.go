@@ -29,6 +29,17 @@ type Instruction struct {
 	JSON []string `json:"json,omitempty"`
 	// Text is the instruction as written, for messages.
 	Text string `json:"text"`
+
+	// The fields below are set by callers that make instructions
+	// themselves (the E2B facade's template builds); a build file cannot
+	// set them.
+	//
+	// FromTemplate, on a FROM without arguments, names a tree of this host
+	// (Builder.Local) to start from instead of an image.
+	FromTemplate string `json:"-"`
+	// RunAs, on a RUN, is the user this step alone runs as, instead of the
+	// one the last USER set.
+	RunAs string `json:"-"`
 }
 
 // supported reports whether builds understand the instruction. CMD,

@@ -71,7 +71,7 @@ func (b *Builder) Plan(ctx context.Context, file []Instruction, opts BuildOption
 }
 
 func lineError(ins Instruction, err error) error {
-	return fmt.Errorf("line %d: %s: %w", ins.Line, ins.Cmd, err)
+	return &LineError{Line: ins.Line, Err: err, msg: fmt.Sprintf("line %d: %s: %v", ins.Line, ins.Cmd, err)}
 }
 
 // planner holds the build state while Plan walks the file.
@@ -297,6 +297,9 @@ func (p *planner) planRun(st *Step) error {
 		return fmt.Errorf("empty command: %w", errdefs.ErrInvalidArgument)
 	}
 	st.Env, st.WorkingDir, st.User = p.runEnv(), p.workdirOrRoot(), p.user
+	if st.RunAs != "" {
+		st.User = st.RunAs
+	}
 	st.Key = chain(p.key, "RUN", jsonString(st.Command), jsonString(st.Env), st.WorkingDir, st.User)
 	p.treeStep(st)
 	return nil
@@ -332,6 +335,9 @@ func (p *planner) fromStep(ctx context.Context, st *Step) error {
 	if len(st.Flags) > 0 {
 		return fmt.Errorf("flag %s is not supported: %w", st.Flags[0], errdefs.ErrNotImplemented)
 	}
+	if st.FromTemplate != "" {
+		return p.fromLocal(ctx, st)
+	}
 	words, err := lexer{lookup: func(k string) (string, bool) { v, ok := p.meta[k]; return v, ok }}.words(st.Args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
@@ -357,6 +363,25 @@ func (p *planner) fromStep(ctx context.Context, st *Step) error {
 		p.entrypoint, p.cmd, p.labels = d.Entrypoint, d.Cmd, d.Labels
 		st.Key = chain("", "FROM", img.Digest.String())
 	}
+	p.key, p.snap = st.Key, st.Key
+	return nil
+}
+
+// fromLocal starts the build from the local tree st.FromTemplate names.
+func (p *planner) fromLocal(ctx context.Context, st *Step) error {
+	if p.b.Local == nil {
+		return fmt.Errorf("no local templates to start %s from: %w", st.FromTemplate, errdefs.ErrFailedPrecondition)
+	}
+	base, err := p.b.Local(ctx, st.FromTemplate)
+	if err != nil {
+		return err
+	}
+	p.plan.Local = base
+	d := base.Defaults
+	p.env, p.workdir, p.user = slices.Clone(d.Env), d.WorkingDir, d.User
+	p.entrypoint, p.cmd, p.labels = slices.Clone(d.Entrypoint), slices.Clone(d.Cmd), maps.Clone(d.Labels)
+	st.tree = true
+	st.Key = chain("", "FROM", "local", base.Key)
 	p.key, p.snap = st.Key, st.Key
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -230,4 +231,19 @@ func (m *Manager) Template(name string) (Template, error) {
 		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
 	}
 	return t.clone(), nil
+}
+
+// CopyTemplateTree copies the files of template name into dir, an
+// existing empty directory, as they are stored (a build that starts from
+// the template copies them so). Owners come out as stored, shifted into
+// the sandbox range where the driver shifts templates. The copy clones
+// extents on filesystems that share them.
+func (m *Manager) CopyTemplateTree(ctx context.Context, name, dir string) error {
+	if _, err := m.Template(name); err != nil {
+		return err
+	}
+	if err := snapshotdir.CopyTree(ctx, m.cfg.Storage.TemplatePath(name), dir); err != nil {
+		return fmt.Errorf("copying template %q: %w", name, err)
+	}
+	return nil
 }

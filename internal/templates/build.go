@@ -24,6 +24,9 @@ type BuildOptions struct {
 	// Context is a tar stream (plain or gzip) of the files COPY and ADD
 	// read; nil means an empty context.
 	Context io.Reader
+	// ContextDir, if set, is a directory to read COPY and ADD sources
+	// from in place of Context, which must then be nil.
+	ContextDir string
 	// Args are --build-arg values.
 	Args map[string]string
 	// Platform and Insecure apply to pulling the FROM image, as in
@@ -81,11 +84,17 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 	defer end()
 	out := logWriter(opts.Out)
 	began := time.Now()
-	dir, err := os.MkdirTemp(s.tmpDir(), "context-")
-	if err != nil {
-		return sandbox.Template{}, fmt.Errorf("creating build context directory: %w", err)
+	dir := opts.ContextDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp(s.tmpDir(), "context-")
+		if err != nil {
+			return sandbox.Template{}, fmt.Errorf("creating build context directory: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if opts.Context != nil {
+		return sandbox.Template{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "a build takes a context stream or a context directory, not both")
 	}
-	defer os.RemoveAll(dir)
 	if opts.Context != nil {
 		if err := untar.ExtractTar(ctx, opts.Context, dir); err != nil {
 			return sandbox.Template{}, fmt.Errorf("extracting build context: %w", err)
@@ -99,6 +108,7 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 				Platform: opts.Platform, Keychain: s.cfg.Keychain, Insecure: opts.Insecure, Progress: opts.Progress,
 			})
 		},
+		Local: s.localBase,
 	}
 	res, err := b.Build(ctx, opts.File, ociimage.BuildOptions{Context: dir, Args: opts.Args, Out: out})
 	if err != nil {
@@ -119,6 +129,9 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 	if res.Base != nil {
 		t.Image, t.Digest = res.Base.Ref, res.Base.Digest.String()
 	}
+	if from := fromTemplate(opts.File); from != "" {
+		t.Image = "template:" + from
+	}
 	t, err = s.m.CreateTemplateFrom(ctx, t, func(dir string) error { return b.Export(ctx, res, dir) })
 	if err != nil {
 		return sandbox.Template{}, err
@@ -128,6 +141,35 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 	s.log.Info("template built", "template", name, "steps", len(res.Steps), "ran", len(res.Ran),
 		"duration_ms", elapsed.Milliseconds())
 	return t, nil
+}
+
+// localBase resolves a FROM of a template of the Manager
+// (ociimage.Instruction.FromTemplate): its stored tree and defaults. The
+// key changes when the template is made anew under the same name.
+func (s *Service) localBase(_ context.Context, name string) (*ociimage.LocalBase, error) {
+	t, err := s.m.Template(name)
+	if err != nil {
+		return nil, err
+	}
+	var d ociimage.Defaults
+	if t.Defaults != nil {
+		d = ociimage.Defaults(*t.Defaults)
+	}
+	return &ociimage.LocalBase{
+		Key:      fmt.Sprintf("template %s %d", t.Name, t.CreatedAt.UnixNano()),
+		Defaults: d,
+		Fill:     func(ctx context.Context, dir string) error { return s.m.CopyTemplateTree(ctx, name, dir) },
+	}, nil
+}
+
+// fromTemplate returns the template the file's FROM starts from, if any.
+func fromTemplate(file []ociimage.Instruction) string {
+	for _, ins := range file {
+		if ins.Cmd == "FROM" {
+			return ins.FromTemplate
+		}
+	}
+	return ""
 }
 
 // ranSummary says which steps of a build ran, e.g. "ran steps 3, 4, 5 of
