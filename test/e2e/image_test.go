@@ -3,10 +3,9 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"github.com/corralrun/corral/internal/testutil/registrytest"
 	"io"
 	"io/fs"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,56 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/corralrun/corral/internal/rootfs"
 	corral "github.com/corralrun/corral/sdk"
 )
-
-// testRegistry is an in-process registry on 127.0.0.1 that the daemon
-// pulls from.
-type testRegistry struct{ host string }
-
-func startRegistry(t *testing.T) *testRegistry {
-	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	return &testRegistry{host: strings.TrimPrefix(srv.URL, "http://")}
-}
-
-// push uploads img as repo:tag and returns its reference.
-func (r *testRegistry) push(t *testing.T, repoTag string, img v1.Image) string {
-	t.Helper()
-	ref := r.host + "/" + repoTag
-	parsed, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(parsed, img); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
-	}
-	return ref
-}
 
 // entry is one member of a hand-made layer.
 type entry struct {
 	name, body, link string
 	typ              byte
-}
-
-func layerOf(t *testing.T, b []byte) v1.Layer {
-	t.Helper()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // entriesLayer makes a layer of the given entries, in order.
@@ -85,87 +43,7 @@ func entriesLayer(t *testing.T, entries ...entry) v1.Layer {
 		io.WriteString(tw, e.body)
 	}
 	tw.Close()
-	return layerOf(t, buf.Bytes())
-}
-
-// dirLayer makes a layer of the tree at dir, with owners, modes and
-// symlinks as they are.
-func dirLayer(t *testing.T, dir string) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		hdr.Name = filepath.ToSlash(rel)
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw.Close()
-	return layerOf(t, buf.Bytes())
-}
-
-// busyboxLayer is a layer holding the busybox root file system the
-// "bb" template has.
-func busyboxLayer(t *testing.T) v1.Layer {
-	t.Helper()
-	dir := t.TempDir()
-	if err := rootfs.FillBusybox(dir, ""); err != nil {
-		t.Fatal(err)
-	}
-	return dirLayer(t, dir)
-}
-
-func imageOf(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
-	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Config, cf.OS, cf.Architecture = cfg, "linux", "amd64"
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return registrytest.Layer(t, buf.Bytes())
 }
 
 // TestPullImage: an image whose upper layer deletes a file of the lower
@@ -174,20 +52,20 @@ func imageOf(t *testing.T, cfg v1.Config, layers ...v1.Layer) v1.Image {
 func TestPullImage(t *testing.T) {
 	forEachStorage(t, func(t *testing.T, storage string) {
 		d := startDaemon(t, storage)
-		reg := startRegistry(t)
-		img := imageOf(t, v1.Config{
+		reg := registrytest.Start(t)
+		img := registrytest.Image(t, v1.Config{
 			Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "APP_MODE=e2e"},
 			WorkingDir: "/app",
 			User:       "user",
 			Cmd:        []string{"sh"},
 		},
-			busyboxLayer(t),
+			registrytest.BusyboxLayer(t),
 			entriesLayer(t, entry{name: "etc/doomed", body: "delete me", typ: tar.TypeReg}, entry{name: "data/", typ: tar.TypeDir},
 				entry{name: "data/kept", body: "kept", typ: tar.TypeReg}),
 			entriesLayer(t, entry{name: "etc/.wh.doomed", typ: tar.TypeReg}, entry{name: "app/", typ: tar.TypeDir},
 				entry{name: "app/hello.txt", body: "hello from the image", typ: tar.TypeReg}),
 		)
-		ref := reg.push(t, "e2e/app:1", img)
+		ref := reg.Push(t, "e2e/app:1", img)
 		began := time.Now()
 		out, errOut, code := d.corral("template", "pull", "app", ref, "--insecure")
 		if code != 0 || strings.TrimSpace(out) != "app" {
@@ -235,7 +113,7 @@ func TestPullImage(t *testing.T) {
 // and nothing lands outside the storage.
 func TestPullRefusesMaliciousLayers(t *testing.T) {
 	d := startDaemon(t, "btrfs")
-	reg := startRegistry(t)
+	reg := registrytest.Start(t)
 	tag := randHex(4)
 	escape := "escape-" + tag
 	victim := filepath.Join(os.TempDir(), "corral-pwned-"+tag)
@@ -250,7 +128,7 @@ func TestPullRefusesMaliciousLayers(t *testing.T) {
 	}
 	for kind, l := range layers {
 		t.Run(kind, func(t *testing.T) {
-			ref := reg.push(t, "e2e/bad-"+kind+":1", imageOf(t, v1.Config{}, busyboxLayer(t), l))
+			ref := reg.Push(t, "e2e/bad-"+kind+":1", registrytest.Image(t, v1.Config{}, registrytest.BusyboxLayer(t), l))
 			_, errOut, code := d.corral("template", "pull", "bad-"+kind, ref)
 			if code == 0 || !strings.Contains(errOut, "invalid_argument") {
 				t.Fatalf("pull of a malicious layer: code %d:\n%s", code, errOut)
@@ -283,8 +161,8 @@ func TestPullRefusesMaliciousLayers(t *testing.T) {
 func TestBuildDockerfile(t *testing.T) {
 	forEachStorage(t, func(t *testing.T, storage string) {
 		d := startDaemon(t, storage)
-		reg := startRegistry(t)
-		base := reg.push(t, "e2e/busybox:1", imageOf(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin"}}, busyboxLayer(t)))
+		reg := registrytest.Start(t)
+		base := reg.Push(t, "e2e/busybox:1", registrytest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin"}}, registrytest.BusyboxLayer(t)))
 		ctxDir := t.TempDir()
 		write := func(third string) string {
 			df := "FROM " + base + "\n" +

@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"github.com/corralrun/corral/internal/testutil/registrytest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,8 +37,8 @@ func TestMountsTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, e2eStorage, "--allow-mount", allowed, "--runtimes", "gvisor")
-	reg := startRegistry(t)
-	ref := reg.push(t, "e2e/user:1", imageOf(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin"}, User: "user"}, busyboxLayer(t),
+	reg := registrytest.Start(t)
+	ref := reg.Push(t, "e2e/user:1", registrytest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin"}, User: "user"}, registrytest.BusyboxLayer(t),
 		entriesLayer(t, entry{name: "work", link: "/etc", typ: tar.TypeSymlink}, entry{name: "scratch", link: "tmp/../../tmp", typ: tar.TypeSymlink})))
 	if out, errOut, code := d.corral("template", "pull", "as-user", ref, "--insecure"); code != 0 {
 		t.Fatalf("template pull: code %d, %s%s", code, out, errOut)
