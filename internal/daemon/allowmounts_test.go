@@ -31,3 +31,25 @@ func TestAllowMountMustBeAbsolute(t *testing.T) {
 		}
 	}
 }
+
+func TestE2BBuildNetworkFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		ok   bool
+	}{
+		{nil, true},
+		{[]string{"--e2b-build-network", "open"}, true},
+		{[]string{"--e2b-build-network", "allowlist", "--e2b-build-allow-domain", "deb.debian.org"}, true},
+		{[]string{"--e2b-build-network", "wide"}, false},
+		{[]string{"--e2b-build-allow-domain", "deb.debian.org"}, false},
+	} {
+		cfg, ok := parseFlags(tt.args)
+		if !ok {
+			t.Fatalf("parseFlags(%q) refused", tt.args)
+		}
+		cfg.StateDir, cfg.AgentPath = t.TempDir(), "/bin/true"
+		if err := cfg.setDefaults(); (err == nil) != tt.ok {
+			t.Errorf("%q: %v, want ok %v", tt.args, err, tt.ok)
+		}
+	}
+}

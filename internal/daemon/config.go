@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"github.com/corralrun/corral/internal/egress"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -40,6 +41,12 @@ type Config struct {
 	// a TLS proxy with a wildcard name in front of it (optional).
 	E2BListen string
 	E2BDomain string
+	// E2BBuildNetwork is the network mode (none, allowlist or open) of
+	// the RUN steps of templates built through the E2B API, which cannot
+	// ask for one; E2BBuildDomains are the names an allowlist lets
+	// through. The default is none, as for any build.
+	E2BBuildNetwork string
+	E2BBuildDomains []string
 	// Storage is "btrfs" (default) or "overlay".
 	Storage string
 	// BtrfsImageSize is the size of the sparse loop image used when the
@@ -159,6 +166,14 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.setNetworkDefaults(); err != nil {
 		return err
+	}
+	switch egress.Mode(c.E2BBuildNetwork) {
+	case "", egress.ModeNone, egress.ModeOpen, egress.ModeAllowlist:
+	default:
+		return fmt.Errorf("--e2b-build-network %q: want none, allowlist or open", c.E2BBuildNetwork)
+	}
+	if len(c.E2BBuildDomains) > 0 && egress.Mode(c.E2BBuildNetwork) != egress.ModeAllowlist {
+		return errors.New("--e2b-build-allow-domain needs --e2b-build-network allowlist")
 	}
 	if c.E2BListen != "" && c.APIKey == "" {
 		return errors.New("--e2b-listen needs an API key (--api-key or CORRAL_API_KEY)")

@@ -290,7 +290,19 @@ func (d *Daemon) serveE2B(context.Context) error {
 	if d.cfg.E2BListen == "" {
 		return nil
 	}
-	d.e2b = e2b.New(e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Domain: d.cfg.E2BDomain, Logger: d.log})
+	cfg := e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Domain: d.cfg.E2BDomain, Logger: d.log}
+	if d.images != nil {
+		cfg.Templates, cfg.BuildDir = d.images, filepath.Join(d.cfg.StateDir, "e2b-templates")
+		cfg.BuildNetwork = egress.Policy{Mode: egress.Mode(d.cfg.E2BBuildNetwork)}
+		for _, name := range d.cfg.E2BBuildDomains {
+			cfg.BuildNetwork.Domains = append(cfg.BuildNetwork.Domains, egress.DomainRule{Name: name})
+		}
+	}
+	srv, err := e2b.New(cfg)
+	if err != nil {
+		return err
+	}
+	d.e2b = srv
 	l, err := net.Listen("tcp", d.cfg.E2BListen)
 	if err != nil {
 		return fmt.Errorf("listening for the E2B API on %s: %w", d.cfg.E2BListen, err)

@@ -84,6 +84,8 @@ func daemonFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Listen, "listen", "", "also serve the API on HOST:PORT (needs an API key)")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", "", "also serve the E2B-compatible API on HOST:PORT (needs an API key)")
 	fs.StringVar(&cfg.E2BDomain, "e2b-domain", "", "sandbox domain the E2B API reports (optional)")
+	fs.StringVar(&cfg.E2BBuildNetwork, "e2b-build-network", "none", "network of RUN steps in templates built through the E2B API (aptInstall, pipInstall, ...): none, allowlist or open")
+	fs.Var(pathsFlag{&cfg.E2BBuildDomains}, "e2b-build-allow-domain", "domain those RUN steps may reach with --e2b-build-network allowlist (repeatable)")
 	fs.StringVar(&cfg.APIKey, "api-key", os.Getenv("CORRAL_API_KEY"), "API key required on --listen (default $CORRAL_API_KEY)")
 	fs.StringVar(&cfg.Storage, "storage", "btrfs", "storage backend: btrfs or overlay")
 	fs.StringVar(&cfg.BtrfsQuotaMode, "btrfs-quota-mode", "simple", "how btrfs storage accounts disk limits: simple (each extent charged to the sandbox that wrote it; falls back to full on kernels before 6.7) or full (classic qgroups)")

@@ -60,19 +60,17 @@ func (s *Server) routeControl() {
 	mux.HandleFunc("GET /templates", s.templates)
 	mux.HandleFunc("GET /templates/aliases/{alias}", s.templateAlias)
 	s.routeVolumes(mux)
+	s.routeTemplateBuilds(mux)
 
 	unsupported := map[string]string{
 		"GET /sandboxes/{id}/logs":    "sandbox logs are not kept by Corral",
 		"GET /v2/sandboxes/{id}/logs": "sandbox logs are not kept by Corral",
 		"GET /teams/{id}/metrics":     "team metrics are not kept by Corral",
-		"POST /templates":             "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
-		"POST /v2/templates":          "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
-		"POST /v3/templates":          "building templates through the E2B API is not supported: use `corral template build` or `corral template import`",
+		"POST /templates":             "this template-build API is not supported: use an e2b SDK of version 2 or later (Template.build), or `corral template build`",
+		"POST /v2/templates":          "this template-build API is not supported: use an e2b SDK of version 2 or later (Template.build), or `corral template build`",
 		"/templates/{id}/":            "managing templates through the E2B API is not supported: use `corral template`",
 		"/v2/templates/":              "managing templates through the E2B API is not supported: use `corral template`",
 		"GET /templates/{id}":         "managing templates through the E2B API is not supported: use `corral template`",
-		"POST /templates/tags":        "template tags are not supported by Corral",
-		"DELETE /templates/tags":      "template tags are not supported by Corral",
 		"/secrets":                    "secrets are not supported by Corral's E2B API",
 		"/secrets/":                   "secrets are not supported by Corral's E2B API",
 	}
@@ -291,8 +289,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.writeAPIError(w, r, err)
 		return
 	}
-	spec := sandbox.Spec{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Mounts: mounts}
-	if _, err := s.m.Template(req.TemplateID); err != nil {
+	spec := sandbox.Spec{Template: s.resolveTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata, Mounts: mounts}
+	if _, err := s.m.Template(spec.Template); err != nil {
 		// E2B starts a sandbox from a snapshot by naming it as the template.
 		if _, serr := s.m.GetSnapshot(req.TemplateID); serr == nil {
 			spec.Template, spec.FromSnapshot = "", req.TemplateID
@@ -476,12 +474,13 @@ func (s *Server) templates(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
-	t, err := s.m.Template(r.PathValue("alias"))
-	if err != nil {
+	alias := r.PathValue("alias")
+	if _, err := s.m.Template(s.resolveTemplate(alias)); err != nil {
 		s.writeAPIError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": false})
+	name, _, _ := strings.Cut(alias, ":")
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": false})
 }
 
 // updateNetwork is PUT /sandboxes/{id}/network: the network options of a

@@ -83,7 +83,7 @@ func newEnv(t testing.TB) *env {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{Manager: m, APIKey: testKey})
+	srv, _ := New(Config{Manager: m, APIKey: testKey})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.Close()

@@ -140,8 +140,9 @@ func (p processService) List(ctx context.Context, _ *connect.Request[envdpb.List
 // Start starts a process and streams its events until it ends.
 // E2B's SDKs always run commands as "/bin/bash -l -c CMD" (and terminals
 // as "/bin/bash -i -l"); in a template without bash, /bin/sh runs them.
-// Without a cwd, a process starts in the user's home directory when the
-// template has one.
+// Without a cwd, a process starts in the template's working directory
+// (WORKDIR, setWorkdir) if it names one, else in the user's home
+// directory when the template has one.
 // The call's Connect-Timeout-Ms is the process's timeout, as in envd: it
 // is killed when the time is up.
 func (p processService) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest], stream *connect.ServerStream[envdpb.StartResponse]) error {
@@ -153,7 +154,7 @@ func (p processService) Start(ctx context.Context, req *connect.Request[envdpb.S
 	if err != nil {
 		return err
 	}
-	sr, err := startRequest(ctx, cl, msg, req.Header())
+	sr, err := startRequest(ctx, cl, msg, req.Header(), p.s.templateWorkdir(id))
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func (p processService) Start(ctx context.Context, req *connect.Request[envdpb.S
 }
 
 // startRequest is the agent's request for the envd request msg.
-func startRequest(ctx context.Context, cl *agentclient.Client, msg *envdpb.StartRequest, h http.Header) (wire.StartRequest, error) {
+func startRequest(ctx context.Context, cl *agentclient.Client, msg *envdpb.StartRequest, h http.Header, workdir bool) (wire.StartRequest, error) {
 	user := userOf(h)
 	cmd := append([]string{msg.GetProcess().GetCmd()}, msg.GetProcess().GetArgs()...)
 	if cmd[0] == "/bin/bash" {
@@ -179,6 +180,9 @@ func startRequest(ctx context.Context, cl *agentclient.Client, msg *envdpb.Start
 	sr := wire.StartRequest{ExecRequest: wire.ExecRequest{Cmd: cmd, Env: msg.GetProcess().GetEnvs(), User: user}}
 	if cwd := msg.GetProcess().GetCwd(); cwd != "" {
 		sr.Cwd = resolvePath(cwd, user)
+	} else if workdir {
+		// The template's working directory (setWorkdir), which the
+		// Manager applies to a request without one.
 	} else if fi, err := cl.Stat(ctx, home(user)); err == nil && fi.Type == wire.FileTypeDir {
 		// As in envd, commands start in the home directory, against which
 		// relative file paths resolve too.
@@ -386,4 +390,15 @@ func (p processService) CloseStdin(ctx context.Context, req *connect.Request[env
 		return nil, err
 	}
 	return connect.NewResponse(&envdpb.CloseStdinResponse{}), nil
+}
+
+// templateWorkdir reports whether sandbox id's template names a working
+// directory.
+func (s *Server) templateWorkdir(id string) bool {
+	sb, err := s.m.Get(id)
+	if err != nil {
+		return false
+	}
+	t, err := s.m.Template(sb.Template)
+	return err == nil && t.Defaults != nil && t.Defaults.WorkingDir != ""
 }

@@ -8,8 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"github.com/corralrun/corral/internal/egress"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -49,6 +51,18 @@ type Config struct {
 	// when it has one. Without either, volume calls answer 501 and
 	// volumeMounts are refused.
 	Volumes VolumeManager
+	// Templates builds the templates of E2B's template-build API
+	// (Template.build); nil answers those calls 501.
+	Templates TemplateBuilder
+	// BuildDir keeps the files that template builds upload and the table
+	// of template tags; required with Templates.
+	BuildDir string
+	// BuildNetwork is what the RUN steps of those builds may reach; the
+	// zero value is nothing (loopback only).
+	BuildNetwork egress.Policy
+	// MaxUploadBytes bounds one upload of a template build's files; 0
+	// means 4 GiB.
+	MaxUploadBytes int64
 }
 
 // Server serves E2B's control-plane API and envd API for one Manager. It
@@ -64,24 +78,40 @@ type Server struct {
 	watchers *watcherSet
 	ports    *server.PortProxy // sandbox ports other than envd's (ports.go)
 
+	tags      *tagTable // nil: no template builds (templatetags.go)
+	builds    builds
 	closing   chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
 }
 
 // New returns a Server with every route registered. It starts nothing:
 // goroutines exist only while requests or polling watchers do.
-func New(cfg Config) *Server {
+func New(cfg Config) (*Server, error) {
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 4 << 30
+	}
 	s := &Server{cfg: cfg, m: cfg.Manager, vols: volumeManagerOf(cfg), log: cfg.Logger,
-		control: http.NewServeMux(), content: http.NewServeMux(), closing: make(chan struct{})}
+		control: http.NewServeMux(), content: http.NewServeMux(), closing: make(chan struct{}),
+		builds: builds{m: map[string]*build{}}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Templates != nil {
+		if cfg.BuildDir == "" {
+			return nil, errors.New("e2b: template builds need a BuildDir")
+		}
+		tags, err := openTags(filepath.Join(cfg.BuildDir, "tags.json"))
+		if err != nil {
+			return nil, err
+		}
+		s.tags = tags
 	}
 	s.watchers = newWatcherSet(s)
 	s.ports = server.NewPortProxy(cfg.Manager, s.writeAPIError)
 	s.routeControl()
 	s.routeVolumeContent()
 	s.rpcs = s.newRPCs()
-	return s
+	return s, nil
 }
 
 // Close ends every streaming call in flight (their clients see the stream
@@ -111,8 +141,8 @@ func (s *Server) Handler() http.Handler {
 			s.serveEnvd(w, r, id, port)
 			return
 		}
-		if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
-			s.content.ServeHTTP(w, r) // authenticated per volume
+		if strings.HasPrefix(r.URL.Path, "/volumecontent/") || strings.HasPrefix(r.URL.Path, "/templatefiles/") {
+			s.content.ServeHTTP(w, r) // authenticated per volume, or by the upload URL's signature
 			return
 		}
 		if isRPCPath(r.URL.Path) {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 )
 
@@ -71,16 +70,26 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate is DELETE /templates/{id}, which the SDK's deleteSnapshot
-// uses. Templates themselves are managed with Corral's own API.
+// deleteTemplate is DELETE /templates/{id}: a snapshot (the SDK's
+// deleteSnapshot), the builds of a template that E2B's template-build
+// API made (all its tags), or a Corral template by name. A template that
+// a sandbox or snapshot uses stays, and the answer says so.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("id")
 	if _, err := s.m.GetSnapshot(name); err != nil {
-		if _, terr := s.m.Template(name); terr == nil {
-			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "deleting templates through the E2B API is not supported: use `corral template rm`"))
+		ok, derr := s.deleteTemplateBuilds(r.Context(), name)
+		if !ok {
+			if _, terr := s.m.Template(name); terr != nil {
+				s.writeAPIError(w, r, err)
+				return
+			}
+			derr = s.m.DeleteTemplate(r.Context(), name)
+		}
+		if derr != nil {
+			s.writeAPIError(w, r, derr)
 			return
 		}
-		s.writeAPIError(w, r, err)
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if err := s.m.DeleteSnapshot(r.Context(), name); err != nil {

@@ -58,8 +58,12 @@ func TestSnapshotsAndFork(t *testing.T) {
 		t.Fatalf("delete of a deleted snapshot: %d %v", code, out)
 	}
 	out = nil
-	if code := e.api("DELETE", "/templates/bb", "", &out); code != 501 {
-		t.Fatalf("delete of a template: %d %v", code, out)
+	// A template a sandbox uses stays: 409, and it is still there.
+	if code := e.api("DELETE", "/templates/bb", "", &out); code != 409 {
+		t.Fatalf("delete of a template in use: %d %v", code, out)
+	}
+	if code := e.api("GET", "/templates/aliases/bb", "", nil); code != 200 {
+		t.Fatalf("template after a refused delete: %d", code)
 	}
 }
 

@@ -20,7 +20,7 @@ func volumeEnv(t *testing.T) (*env, *fakeVolumes) {
 	t.Helper()
 	e := newEnv(t)
 	vols := newFakeVolumes(t.TempDir())
-	srv := New(Config{Manager: e.m, APIKey: testKey, Volumes: vols})
+	srv, _ := New(Config{Manager: e.m, APIKey: testKey, Volumes: vols})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.Close()
@@ -263,7 +263,7 @@ func TestVolumeMounts(t *testing.T) {
 		t.Errorf("no volumeMounts: %v %v", ms, err)
 	}
 
-	srv := New(Config{APIKey: testKey})
+	srv, _ := New(Config{APIKey: testKey})
 	sb := sandbox.Sandbox{ID: "sb1", State: sandbox.StateRunning,
 		Mounts: []sandbox.Mount{volumeMount("data", "/data"), {Source: "/srv/repo", Target: "/repo", Mode: sandbox.MountCopyOnWrite}}}
 	info := srv.info(sb, true, true)

@@ -4,6 +4,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/corralrun/corral/internal/testutil/registrytest"
 )
 
 // TestSDK runs the scripts of testdata, each a use of the SDK as its
@@ -18,7 +22,12 @@ func TestSDK(t *testing.T) {
 
 func testSDK(t *testing.T, runtime string) {
 	h := startHarness(t, runtime)
-	for _, script := range []string{"lifecycle", "commands", "files", "pty", "snapshots"} {
+	// templates.mjs builds from an image of this registry too.
+	reg := registrytest.Start(t)
+	img := registrytest.Image(t, v1.Config{Env: []string{"FROM_IMAGE=yes", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, WorkingDir: "/srv/app"},
+		registrytest.BusyboxLayer(t))
+	t.Setenv("CORRAL_TEST_IMAGE", reg.Push(t, "e2b/busybox:1", img))
+	for _, script := range []string{"lifecycle", "commands", "files", "pty", "snapshots", "templates"} {
 		t.Run(script, func(t *testing.T) {
 			if out := h.node(t, script+".mjs"); !strings.Contains(out, "ok "+script) {
 				t.Fatalf("%s did not finish: %s", script, out)

@@ -1,0 +1,319 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/templates"
+	"github.com/corralrun/corral/internal/untar"
+)
+
+// This file serves E2B's template-build API (the SDK's Template.build):
+// POST /v3/templates names the template and returns a build, the SDK
+// uploads the files of each COPY step to the URL that GET
+// /templates/{id}/files/{hash} gives, POST
+// /v2/templates/{id}/builds/{buildID} starts the build, and GET
+// .../status?logsOffset=N reports it with the log lines after the first
+// N. A build runs as a Corral build (templates.Service.Build): the same
+// step cache, the same network policy (none), its output as log lines.
+
+// TemplateBuilder builds Corral templates; *templates.Service is one.
+type TemplateBuilder interface {
+	Build(ctx context.Context, name string, opts templates.BuildOptions) (sandbox.Template, error)
+}
+
+// maxBuildLogLines bounds the log a build keeps; later lines are dropped
+// with one line saying so.
+const maxBuildLogLines = 10000
+
+// build is one template build and what its status reports.
+type build struct {
+	id, name string   // buildID (the Corral template it makes) and E2B name
+	tags     []string // the tags to point at it once it is ready
+
+	mu     sync.Mutex
+	status string // "waiting", "building", "ready" or "error"
+	logs   []logEntry
+	reason *buildReason
+	body   *buildBody // set when started
+}
+
+// logEntry is E2B's BuildLogEntry.
+type logEntry struct {
+	Timestamp time.Time `json:"timestamp"`
+	Level     string    `json:"level"`
+	Message   string    `json:"message"`
+}
+
+// buildReason is E2B's BuildStatusReason.
+type buildReason struct {
+	Message string `json:"message"`
+	Step    string `json:"step,omitempty"`
+}
+
+// Write makes each line of p a log entry; Build writes whole lines.
+func (b *build) Write(p []byte) (int, error) {
+	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
+		b.log("info", string(line))
+	}
+	return len(p), nil
+}
+
+func (b *build) log(level, msg string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case len(b.logs) < maxBuildLogLines:
+		b.logs = append(b.logs, logEntry{Timestamp: time.Now().UTC(), Level: level, Message: msg})
+	case len(b.logs) == maxBuildLogLines:
+		b.logs = append(b.logs, logEntry{Timestamp: time.Now().UTC(), Level: "warn", Message: "further build output dropped"})
+	}
+}
+
+// builds holds the builds of the daemon's lifetime by buildID.
+type builds struct {
+	mu sync.Mutex
+	m  map[string]*build
+}
+
+func (bs *builds) get(id string) (*build, error) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b, ok := bs.m[id]
+	if !ok {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "build %q not found", id)
+	}
+	return b, nil
+}
+
+func (s *Server) routeTemplateBuilds(mux *http.ServeMux) {
+	s.content.HandleFunc("PUT /templatefiles/{hash}", s.uploadFiles)
+	mux.HandleFunc("POST /v3/templates", s.requestBuild)
+	mux.HandleFunc("GET /templates/{id}/files/{hash}", s.fileUploadLink)
+	mux.HandleFunc("POST /v2/templates/{id}/builds/{build}", s.startBuild)
+	mux.HandleFunc("GET /templates/{id}/builds/{build}/status", s.buildStatus)
+	mux.HandleFunc("POST /templates/tags", s.assignTags)
+	mux.HandleFunc("DELETE /templates/tags", s.removeTags)
+	// GET /templates/{id}/tags, written so as not to overlap
+	// GET /templates/aliases/{alias}.
+	mux.HandleFunc("GET /templates/{id}/{sub}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("sub") != "tags" {
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "managing templates through the E2B API is not supported: use `corral template`"))
+			return
+		}
+		s.templateTags(w, r)
+	})
+}
+
+// templatesOn refuses a template-build call when the daemon builds no
+// templates for the facade.
+func (s *Server) templatesOn() error {
+	if s.cfg.Templates == nil || s.tags == nil {
+		return errdefs.Errorf(errdefs.ErrNotImplemented, "building templates through the E2B API is not enabled on this daemon: use `corral template build`")
+	}
+	return nil
+}
+
+// tagsRequest is the body of the calls that name a template and tags:
+// POST /v3/templates (name), POST /templates/tags (target), DELETE
+// /templates/tags (name).
+type tagsRequest struct {
+	Name   string   `json:"name"`
+	Target string   `json:"target"`
+	Tags   []string `json:"tags"`
+}
+
+// readTags reads and checks a tagsRequest; it returns the name and tag
+// that its template reference means. needTags refuses a call without
+// tags.
+func (s *Server) readTags(r *http.Request, needTags bool) (req tagsRequest, name, tag string, err error) {
+	if err = s.templatesOn(); err != nil {
+		return
+	}
+	if err = decodeBody(r, &req); err != nil {
+		return
+	}
+	ref := req.Name
+	if req.Target != "" {
+		ref = req.Target
+	}
+	if name, tag, err = splitName(ref); err != nil {
+		return
+	}
+	if needTags && len(req.Tags) == 0 {
+		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "no tags named")
+	}
+	for _, t := range req.Tags {
+		if err == nil && !tagPattern.MatchString(t) {
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid tag %q: use lower-case letters, digits, '.', '_' and '-'", t)
+		}
+	}
+	return
+}
+
+// requestBuild is POST /v3/templates: it names a build of "name[:tag]"
+// and the extra tags to give it.
+func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
+	req, name, tag, err := s.readTags(r, false)
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	tags := append([]string{tag}, req.Tags...)
+	b := s.newBuild(name, tags)
+	writeJSON(w, http.StatusAccepted, map[string]any{
+		"templateID": name, "buildID": b.id, "names": []string{name}, "aliases": []string{name},
+		"tags": tags, "public": false,
+	})
+}
+
+// newBuild registers a build of name whose ID, the Corral template it
+// makes, is name itself while no template or build has it, else name
+// with a random suffix.
+func (s *Server) newBuild(name string, tags []string) *build {
+	s.builds.mu.Lock()
+	defer s.builds.mu.Unlock()
+	id := name
+	for {
+		_, taken := s.builds.m[id]
+		if _, err := s.m.Template(id); !taken && errors.Is(err, errdefs.ErrNotFound) {
+			break
+		}
+		suffix := make([]byte, 4)
+		_, _ = rand.Read(suffix)
+		id = fmt.Sprintf("%.54s-%s", name, hex.EncodeToString(suffix))
+	}
+	b := &build{id: id, name: name, tags: tags, status: "waiting"}
+	s.builds.m[id] = b
+	return b
+}
+
+// filesDir is where uploaded COPY sources are kept, one directory per
+// files hash; staging holds uploads being extracted.
+func (s *Server) filesDir() string   { return filepath.Join(s.cfg.BuildDir, "files") }
+func (s *Server) stagingDir() string { return filepath.Join(s.cfg.BuildDir, "staging") }
+
+func (s *Server) uploaded(hash string) bool {
+	fi, err := os.Stat(filepath.Join(s.filesDir(), hash))
+	return err == nil && fi.IsDir()
+}
+
+// uploadSignature signs an upload URL for hash under the API key: the
+// SDK's PUT carries no API key.
+func (s *Server) uploadSignature(hash string) string {
+	mac := hmac.New(sha256.New, []byte(s.cfg.APIKey))
+	mac.Write([]byte("corral-e2b-template-files\x00" + hash))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// fileUploadLink is GET /templates/{id}/files/{hash}: whether the files
+// of a COPY step are here, and where to PUT them if not.
+func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
+	hash := r.PathValue("hash")
+	if err := s.templatesOn(); err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	if !filesHashPattern.MatchString(hash) {
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "files hash %q is not a SHA-256 in hex", hash))
+		return
+	}
+	if s.uploaded(hash) {
+		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
+		return
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	url := fmt.Sprintf("%s://%s/templatefiles/%s?signature=%s", scheme, r.Host, hash, s.uploadSignature(hash))
+	writeJSON(w, http.StatusCreated, map[string]any{"present": false, "url": url})
+}
+
+// uploadFiles is PUT /templatefiles/{hash}?signature=...: a tar (plain
+// or gzip) of a COPY step's files, extracted into the files directory.
+// A second upload of the same hash replaces nothing: the content is the
+// same by its hash.
+func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
+	hash := r.PathValue("hash")
+	sig := r.URL.Query().Get("signature")
+	if !filesHashPattern.MatchString(hash) || !hmac.Equal([]byte(sig), []byte(s.uploadSignature(hash))) {
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "invalid upload URL: ask GET /templates/{id}/files/{hash} for one"))
+		return
+	}
+	if err := s.extractUpload(r.Context(), r, hash); err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) extractUpload(ctx context.Context, r *http.Request, hash string) error {
+	if err := os.MkdirAll(s.stagingDir(), 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.filesDir(), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(s.stagingDir(), hash+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := untar.ExtractTar(ctx, http.MaxBytesReader(nil, r.Body, s.cfg.MaxUploadBytes), tmp); err != nil {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "extracting the uploaded files: %v", err)
+	}
+	err = os.Rename(tmp, filepath.Join(s.filesDir(), hash))
+	if errors.Is(err, fs.ErrExist) || (err != nil && s.uploaded(hash)) {
+		return nil // a concurrent upload of the same files won
+	}
+	return err
+}
+
+// startBuild is POST /v2/templates/{id}/builds/{build}: it checks the
+// steps and runs the build in the background.
+func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
+	var body buildBody
+	err := s.templatesOn()
+	var b *build
+	if err == nil {
+		b, err = s.builds.get(r.PathValue("build"))
+	}
+	if err == nil && b.name != r.PathValue("id") {
+		err = errdefs.Errorf(errdefs.ErrNotFound, "build %q is not a build of %q", b.id, r.PathValue("id"))
+	}
+	if err == nil {
+		err = decodeBody(r, &body)
+	}
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	b.mu.Lock()
+	started := b.body != nil
+	if !started {
+		b.body, b.status = &body, "building"
+	}
+	b.mu.Unlock()
+	if started {
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrAlreadyExists, "build %q was started already", b.id))
+		return
+	}
+	go s.runBuild(b, body)
+	w.WriteHeader(http.StatusAccepted)
+}

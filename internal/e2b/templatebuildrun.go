@@ -1,0 +1,238 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/ociimage"
+	"github.com/corralrun/corral/internal/templates"
+)
+
+// runBuild runs build b of body to its end and records the outcome. A
+// build the daemon's shutdown interrupts ends in error.
+func (s *Server) runBuild(b *build, body buildBody) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	began := time.Now()
+	err := s.buildTemplate(ctx, b, body)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.status, b.reason = "error", &buildReason{Message: err.Error(), Step: failedStep(err)}
+		b.logs = append(b.logs, logEntry{Timestamp: time.Now().UTC(), Level: "error", Message: err.Error()})
+		s.log.Info("E2B template build failed", "template", b.name, "build", b.id, "error", err)
+		return
+	}
+	b.status = "ready"
+	s.log.Info("E2B template built", "template", b.name, "build", b.id, "duration_ms", time.Since(began).Milliseconds())
+}
+
+// buildTemplate builds the Corral template b.id and points b's tags at
+// it; the builds no tag points at any more are deleted where no sandbox
+// uses them.
+func (s *Server) buildTemplate(ctx context.Context, b *build, body buildBody) error {
+	file, err := body.instructions(s.uploaded)
+	if err != nil {
+		return err
+	}
+	sv, err := body.service()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.filesDir(), 0o700); err != nil {
+		return err
+	}
+	opts := templates.BuildOptions{File: file, ContextDir: s.filesDir(), Out: b, Service: sv, Network: s.cfg.BuildNetwork}
+	if _, err := s.cfg.Templates.Build(ctx, b.id, opts); err != nil {
+		return err
+	}
+	stale, err := s.tags.set(b.name, b.id, b.tags)
+	if err != nil {
+		return errors.Join(err, s.m.DeleteTemplate(context.WithoutCancel(ctx), b.id))
+	}
+	s.dropBuilds(ctx, stale)
+	return nil
+}
+
+// dropBuilds deletes builds that no tag points at; one that a sandbox or
+// snapshot still uses stays, as a Corral template.
+func (s *Server) dropBuilds(ctx context.Context, builds []string) {
+	for _, id := range builds {
+		if err := s.m.DeleteTemplate(context.WithoutCancel(ctx), id); err != nil {
+			s.log.Info("kept an untagged template build", "build", id, "reason", err)
+		}
+	}
+}
+
+// failedStep is the E2B step a build error names: "base" for the FROM,
+// a step's number, "finalize" for the start and ready commands; "" when
+// no step is at fault.
+func failedStep(err error) string {
+	var se *stepError
+	if errors.As(err, &se) {
+		return se.step
+	}
+	var le *ociimage.LineError
+	if errors.As(err, &le) {
+		if le.Line == 0 {
+			return "base"
+		}
+		return strconv.Itoa(le.Line)
+	}
+	return ""
+}
+
+// buildStatus is GET /templates/{id}/builds/{build}/status: the state
+// and the log entries after the first logsOffset.
+func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) {
+	b, err := s.builds.get(r.PathValue("build"))
+	if err == nil && b.name != r.PathValue("id") {
+		err = errdefs.Errorf(errdefs.ErrNotFound, "build %q is not a build of %q", b.id, r.PathValue("id"))
+	}
+	offset := 0
+	if v := r.URL.Query().Get("logsOffset"); err == nil && v != "" {
+		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
+			err = errdefs.Errorf(errdefs.ErrInvalidArgument, "logsOffset %q: want a count of log entries", v)
+		}
+	}
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	b.mu.Lock()
+	entries := []logEntry{}
+	if offset < len(b.logs) {
+		entries = slices.Clone(b.logs[offset:])
+	}
+	out := map[string]any{"templateID": b.name, "buildID": b.id, "status": b.status,
+		"logEntries": entries, "logs": []string{}}
+	if b.reason != nil {
+		out["reason"] = *b.reason
+	}
+	b.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+// assignTags is POST /templates/tags: tags pointed at the build that
+// target ("name[:tag]") names.
+func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
+	req, name, _, err := s.readTags(r, true)
+	build, ok := "", false
+	if err == nil {
+		if build, ok = s.tags.resolve(req.Target); !ok {
+			err = errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", req.Target)
+		}
+	}
+	var stale []string
+	if err == nil {
+		stale, err = s.tags.set(name, build, req.Tags)
+	}
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	s.dropBuilds(r.Context(), stale)
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": build, "tags": req.Tags})
+}
+
+// removeTags is DELETE /templates/tags: tags of a name dropped.
+func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
+	req, name, _, err := s.readTags(r, true)
+	var stale []string
+	if err == nil {
+		stale, err = s.tags.remove(name, req.Tags)
+	}
+	if err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	s.dropBuilds(r.Context(), stale)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// templateTags is GET /templates/{id}/tags.
+func (s *Server) templateTags(w http.ResponseWriter, r *http.Request) {
+	if err := s.templatesOn(); err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	name := r.PathValue("id")
+	tags := s.tags.list(name)
+	if len(tags) == 0 {
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "template %q has no tags", name))
+		return
+	}
+	type tagInfo struct {
+		Tag       string    `json:"tag"`
+		BuildID   string    `json:"buildID"`
+		CreatedAt time.Time `json:"createdAt"`
+	}
+	out := []tagInfo{}
+	for tag, ref := range tags {
+		out = append(out, tagInfo{Tag: tag, BuildID: ref.Build, CreatedAt: ref.CreatedAt})
+	}
+	slices.SortFunc(out, func(a, b tagInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// resolveTemplate is the Corral template that an E2B template reference
+// ("name[:tag]", or a Corral template's own name) means.
+func (s *Server) resolveTemplate(ref string) string {
+	if s.tags != nil {
+		if b, ok := s.tags.resolve(ref); ok {
+			return b
+		}
+	}
+	return ref
+}
+
+// deleteTemplateBuilds deletes every build of the E2B name and drops
+// the tags of those it deleted; a build that a sandbox or snapshot uses
+// stays, with its tags, and the error says why. ok is false when name
+// has no tags.
+func (s *Server) deleteTemplateBuilds(ctx context.Context, name string) (ok bool, err error) {
+	if s.tags == nil {
+		return false, nil
+	}
+	tags := s.tags.list(name)
+	if len(tags) == 0 {
+		return false, nil
+	}
+	var gone, errs []error
+	var dropped []string
+	deleted := map[string]bool{}
+	for _, r := range tags {
+		if _, done := deleted[r.Build]; done {
+			continue
+		}
+		err := s.m.DeleteTemplate(ctx, r.Build)
+		deleted[r.Build] = err == nil || errors.Is(err, errdefs.ErrNotFound)
+		if !deleted[r.Build] {
+			errs = append(errs, err)
+		}
+	}
+	for tag, r := range tags {
+		if deleted[r.Build] {
+			dropped = append(dropped, tag)
+		}
+	}
+	if len(dropped) > 0 {
+		if _, err := s.tags.remove(name, dropped); err != nil {
+			gone = append(gone, err)
+		}
+	}
+	return true, errors.Join(append(errs, gone...)...)
+}
