@@ -142,3 +142,84 @@ func BenchmarkReadyGVisor(b *testing.B) {
 	reportPercentiles(b, "cold-", cold)
 	reportPercentiles(b, "ready-", ready)
 }
+
+// slowService takes about two seconds to become ready, as a real
+// service's start-up does (an interpreter loading, a database recovering);
+// it counts its starts in /tmp/starts.
+const slowService = `{"shell": "echo start >> /tmp/starts; sleep 2; touch /tmp/ready; exec sleep 100000",
+	"ready": {"shell": "test -f /tmp/ready", "interval_ms": 50}}`
+
+// TestReadySnapshotWithService captures a template whose service is
+// ready, and checks that a sandbox restored from the capture has the
+// service running and ready without starting it again (one start, the
+// capture's), while a cold create starts its own.
+func TestReadySnapshotWithService(t *testing.T) {
+	d := startGVisorDaemon(t)
+	ctx := t.Context()
+	d.serviceTemplate(t, "slow", slowService)
+	if _, err := d.Client.CaptureReady(ctx, "slow", "gvisor"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		opts corral.CreateOptions
+	}{
+		{"restored", corral.CreateOptions{Template: "slow", Runtime: "gvisor"}},
+		{"cold", corral.CreateOptions{Template: "slow", Runtime: "gvisor", MemoryMB: 300}},
+	} {
+		sb := d.create(t, tt.opts)
+		out, _ := d.execOut(t, sb.ID, "cat /tmp/starts; test -f /tmp/ready && echo ready; hostname")
+		if !strings.HasPrefix(out, "start\nready\n") {
+			t.Errorf("%s sandbox: %q, want one start and the service ready", tt.name, out)
+		}
+		restored := !strings.HasSuffix(out, sb.ID+"\n")
+		if restored != (tt.name == "restored") {
+			t.Errorf("%s sandbox: hostname in %q says restored=%v", tt.name, out, restored)
+		}
+		st, err := d.Client.SandboxService(ctx, sb.ID)
+		if err != nil || st.State != corral.ServiceReady {
+			t.Errorf("%s sandbox service: %+v, %v", tt.name, st, err)
+		}
+		if err := d.Client.Delete(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadyServiceGVisor is BenchmarkReadyGVisor for a template
+// whose service takes about two seconds to become ready (slowService):
+// what a ready snapshot saves is the service's start-up.
+//
+//	go test -run '^$' -bench ReadyServiceGVisor -benchtime 5x ./test/e2e
+func BenchmarkReadyServiceGVisor(b *testing.B) {
+	d := startGVisorDaemon(b)
+	ctx := context.Background()
+	d.serviceTemplate(b, "slow", slowService)
+	if _, err := d.Client.CaptureReady(ctx, "slow", "gvisor"); err != nil {
+		b.Fatal(err)
+	}
+	var cold, ready []time.Duration
+	for b.Loop() {
+		for _, c := range []struct {
+			mem int64
+			out *[]time.Duration
+		}{{300, &cold}, {0, &ready}} {
+			t0 := time.Now()
+			sb, err := d.Client.Create(ctx, corral.CreateOptions{Template: "slow", Runtime: "gvisor", MemoryMB: c.mem})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if out, _ := d.execOut(b, sb.ID, "test -f /tmp/ready && echo ready"); out != "ready\n" {
+				b.Fatalf("first exec: %q", out)
+			}
+			*c.out = append(*c.out, time.Since(t0))
+			b.StopTimer()
+			if err := d.Client.Delete(ctx, sb.ID); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+	reportPercentiles(b, "cold-", cold)
+	reportPercentiles(b, "ready-", ready)
+}
