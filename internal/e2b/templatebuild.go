@@ -46,11 +46,12 @@ type build struct {
 	id, name string   // buildID (the Corral template it makes) and E2B name
 	tags     []string // the tags to point at it once it is ready
 
-	mu     sync.Mutex
-	status string // "waiting", "building", "ready" or "error"
-	logs   []logEntry
-	reason *buildReason
-	body   *buildBody // set when started
+	mu      sync.Mutex
+	status  string    // "waiting", "building", "ready" or "error"
+	changed time.Time // when status last changed
+	logs    []logEntry
+	reason  *buildReason
+	body    *buildBody // set when started
 }
 
 // logEntry is E2B's BuildLogEntry.
@@ -188,6 +189,7 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 func (s *Server) newBuild(name string, tags []string) *build {
 	s.builds.mu.Lock()
 	defer s.builds.mu.Unlock()
+	s.builds.prune(time.Now())
 	id := name
 	for {
 		_, taken := s.builds.m[id]
@@ -198,9 +200,26 @@ func (s *Server) newBuild(name string, tags []string) *build {
 		_, _ = rand.Read(suffix)
 		id = fmt.Sprintf("%.54s-%s", name, hex.EncodeToString(suffix))
 	}
-	b := &build{id: id, name: name, tags: tags, status: "waiting"}
+	b := &build{id: id, name: name, tags: tags, status: "waiting", changed: time.Now()}
 	s.builds.m[id] = b
 	return b
+}
+
+// buildRetention is how long the status of a finished build, or a build
+// never started, stays to be asked for.
+const buildRetention = time.Hour
+
+// prune forgets the builds that ended, or never started, more than
+// buildRetention before now. Called with mu.
+func (bs *builds) prune(now time.Time) {
+	for id, b := range bs.m {
+		b.mu.Lock()
+		old := b.status != "building" && now.Sub(b.changed) > buildRetention
+		b.mu.Unlock()
+		if old {
+			delete(bs.m, id)
+		}
+	}
 }
 
 // filesDir is where uploaded COPY sources are kept, one directory per
@@ -307,7 +326,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
 	started := b.body != nil
 	if !started {
-		b.body, b.status = &body, "building"
+		b.body, b.status, b.changed = &body, "building", time.Now()
 	}
 	b.mu.Unlock()
 	if started {

@@ -30,6 +30,7 @@ func (s *Server) runBuild(b *build, body buildBody) {
 	err := s.buildTemplate(ctx, b, body)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.changed = time.Now()
 	if err != nil {
 		b.status, b.reason = "error", &buildReason{Message: err.Error(), Step: failedStep(err)}
 		b.logs = append(b.logs, logEntry{Timestamp: time.Now().UTC(), Level: "error", Message: err.Error()})

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/ociimage"
@@ -115,5 +117,27 @@ func TestTagTable(t *testing.T) {
 	}
 	if _, _, err := splitName("app:bad tag"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("bad tag: %v", err)
+	}
+}
+
+// TestBuildsPrune: finished builds and builds never started are forgotten
+// after buildRetention; running ones never are.
+func TestBuildsPrune(t *testing.T) {
+	now := time.Now()
+	bs := builds{m: map[string]*build{
+		"done":    {status: "ready", changed: now.Add(-2 * buildRetention)},
+		"failed":  {status: "error", changed: now.Add(-2 * buildRetention)},
+		"idle":    {status: "waiting", changed: now.Add(-2 * buildRetention)},
+		"running": {status: "building", changed: now.Add(-2 * buildRetention)},
+		"recent":  {status: "ready", changed: now.Add(-time.Minute)},
+	}}
+	bs.prune(now)
+	var left []string
+	for id := range bs.m {
+		left = append(left, id)
+	}
+	slices.Sort(left)
+	if !reflect.DeepEqual(left, []string{"recent", "running"}) {
+		t.Errorf("after prune: %v", left)
 	}
 }
