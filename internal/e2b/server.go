@@ -11,6 +11,7 @@ import (
 	"github.com/corralrun/corral/internal/egress"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ type Server struct {
 
 	tags      *tagTable // nil: no template builds (templatetags.go)
 	builds    builds
+	swept     chan struct{} // closed when sweepOrphans returns; nil without it
 	closing   chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
 }
@@ -105,12 +107,20 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.tags = tags
+		// Uploads a crash interrupted.
+		if err := os.RemoveAll(s.stagingDir()); err != nil {
+			return nil, err
+		}
 	}
 	s.watchers = newWatcherSet(s)
 	s.ports = server.NewPortProxy(cfg.Manager, s.writeAPIError)
 	s.routeControl()
 	s.routeVolumeContent()
 	s.rpcs = s.newRPCs()
+	if s.tags != nil {
+		s.swept = make(chan struct{})
+		go s.sweepOrphans()
+	}
 	return s, nil
 }
 
@@ -121,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 // that never end. Later calls are no-ops.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
+	if s.swept != nil {
+		<-s.swept
+	}
 	s.watchers.close()
 	s.ports.CloseIdle()
 	return nil

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,6 +51,7 @@ type build struct {
 	status  string    // "waiting", "building", "ready" or "error"
 	changed time.Time // when status last changed
 	logs    []logEntry
+	partial []byte // output after the last newline
 	reason  *buildReason
 	body    *buildBody // set when started
 }
@@ -67,17 +69,49 @@ type buildReason struct {
 	Step    string `json:"step,omitempty"`
 }
 
-// Write makes each line of p a log entry; Build writes whole lines.
+// maxLogLine bounds one log entry; a longer line is cut.
+const maxLogLine = 4096
+
+// Write makes each line of the build's output a log entry. Steps write
+// their output in chunks that need not end lines: the rest of a line
+// waits for its newline (or flush). A carriage return ends a line too,
+// so that progress bars make a few entries, not one huge one.
 func (b *build) Write(p []byte) (int, error) {
-	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
-		b.log("info", string(line))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.partial = append(b.partial, p...)
+	for {
+		i := bytes.IndexAny(b.partial, "\r\n")
+		if i < 0 {
+			break
+		}
+		if i > 0 {
+			b.logLocked("info", string(b.partial[:i]))
+		}
+		b.partial = b.partial[i+1:]
+	}
+	if len(b.partial) > maxLogLine {
+		b.logLocked("info", string(b.partial))
+		b.partial = nil
 	}
 	return len(p), nil
 }
 
-func (b *build) log(level, msg string) {
+// flush logs what is left of the last line.
+func (b *build) flush() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.partial) > 0 {
+		b.logLocked("info", string(b.partial))
+		b.partial = nil
+	}
+}
+
+// logLocked appends one entry. Called with mu.
+func (b *build) logLocked(level, msg string) {
+	if len(msg) > maxLogLine {
+		msg = msg[:maxLogLine] + " [cut]"
+	}
 	switch {
 	case len(b.logs) < maxBuildLogLines:
 		b.logs = append(b.logs, logEntry{Timestamp: time.Now().UTC(), Level: level, Message: msg})
@@ -193,7 +227,7 @@ func (s *Server) newBuild(name string, tags []string) *build {
 	id := name
 	for {
 		_, taken := s.builds.m[id]
-		if _, err := s.m.Template(id); !taken && errors.Is(err, errdefs.ErrNotFound) {
+		if _, err := s.m.Template(id); !taken && !s.tags.isOrphan(id) && errors.Is(err, errdefs.ErrNotFound) {
 			break
 		}
 		suffix := make([]byte, 4)
@@ -205,16 +239,25 @@ func (s *Server) newBuild(name string, tags []string) *build {
 	return b
 }
 
-// buildRetention is how long the status of a finished build, or a build
-// never started, stays to be asked for.
-const buildRetention = time.Hour
+// buildRetention is how long the status of a finished build stays to be
+// asked for; a build named but never started (its files may take long to
+// upload) stays for waitRetention.
+const (
+	buildRetention = time.Hour
+	waitRetention  = 24 * time.Hour
+)
 
-// prune forgets the builds that ended, or never started, more than
-// buildRetention before now. Called with mu.
+// prune forgets the builds that ended more than buildRetention before
+// now, and those named more than waitRetention before now and never
+// started. Called with mu.
 func (bs *builds) prune(now time.Time) {
 	for id, b := range bs.m {
 		b.mu.Lock()
-		old := b.status != "building" && now.Sub(b.changed) > buildRetention
+		keep := buildRetention
+		if b.status == "waiting" {
+			keep = waitRetention
+		}
+		old := b.status != "building" && now.Sub(b.changed) > keep
 		b.mu.Unlock()
 		if old {
 			delete(bs.m, id)
@@ -232,11 +275,14 @@ func (s *Server) uploaded(hash string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// uploadSignature signs an upload URL for hash under the API key: the
-// SDK's PUT carries no API key.
-func (s *Server) uploadSignature(hash string) string {
+// uploadValidity is how long an upload URL stays good.
+const uploadValidity = time.Hour
+
+// uploadSignature signs an upload URL for hash, good until expires (Unix
+// seconds), under the API key: the SDK's PUT carries no API key.
+func (s *Server) uploadSignature(hash, expires string) string {
 	mac := hmac.New(sha256.New, []byte(s.cfg.APIKey))
-	mac.Write([]byte("corral-e2b-template-files\x00" + hash))
+	mac.Write([]byte("corral-e2b-template-files\x00" + hash + "\x00" + expires))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
@@ -256,11 +302,13 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
 		return
 	}
+	// Behind a TLS proxy (--e2b-domain) the SDK must PUT over https too.
 	scheme := "http"
-	if r.TLS != nil {
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
 		scheme = "https"
 	}
-	url := fmt.Sprintf("%s://%s/templatefiles/%s?signature=%s", scheme, r.Host, hash, s.uploadSignature(hash))
+	exp := strconv.FormatInt(time.Now().Add(uploadValidity).Unix(), 10)
+	url := fmt.Sprintf("%s://%s/templatefiles/%s?expires=%s&signature=%s", scheme, r.Host, hash, exp, s.uploadSignature(hash, exp))
 	writeJSON(w, http.StatusCreated, map[string]any{"present": false, "url": url})
 }
 
@@ -269,10 +317,18 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 // A second upload of the same hash replaces nothing: the content is the
 // same by its hash.
 func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
-	hash := r.PathValue("hash")
-	sig := r.URL.Query().Get("signature")
-	if !filesHashPattern.MatchString(hash) || !hmac.Equal([]byte(sig), []byte(s.uploadSignature(hash))) {
+	hash, q := r.PathValue("hash"), r.URL.Query()
+	exp, sig := q.Get("expires"), q.Get("signature")
+	if err := s.templatesOn(); err != nil {
+		s.writeAPIError(w, r, err)
+		return
+	}
+	if !filesHashPattern.MatchString(hash) || !hmac.Equal([]byte(sig), []byte(s.uploadSignature(hash, exp))) {
 		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "invalid upload URL: ask GET /templates/{id}/files/{hash} for one"))
+		return
+	}
+	if t, err := strconv.ParseInt(exp, 10, 64); err != nil || time.Now().Unix() > t {
+		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "the upload URL has expired: ask GET /templates/{id}/files/{hash} for a new one"))
 		return
 	}
 	if err := s.extractUpload(r.Context(), r, hash); err != nil {
@@ -309,30 +365,35 @@ func (s *Server) extractUpload(ctx context.Context, r *http.Request, hash string
 func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
 	var body buildBody
 	err := s.templatesOn()
-	var b *build
-	if err == nil {
-		b, err = s.builds.get(r.PathValue("build"))
-	}
-	if err == nil && b.name != r.PathValue("id") {
-		err = errdefs.Errorf(errdefs.ErrNotFound, "build %q is not a build of %q", b.id, r.PathValue("id"))
-	}
 	if err == nil {
 		err = decodeBody(r, &body)
+	}
+	var b *build
+	if err == nil {
+		b, err = s.builds.start(r.PathValue("build"), r.PathValue("id"), &body)
 	}
 	if err != nil {
 		s.writeAPIError(w, r, err)
 		return
 	}
-	b.mu.Lock()
-	started := b.body != nil
-	if !started {
-		b.body, b.status, b.changed = &body, "building", time.Now()
-	}
-	b.mu.Unlock()
-	if started {
-		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrAlreadyExists, "build %q was started already", b.id))
-		return
-	}
 	go s.runBuild(b, body)
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// start marks build id of name as building body. Under mu, so that prune
+// cannot forget it meanwhile.
+func (bs *builds) start(id, name string, body *buildBody) (*build, error) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b, ok := bs.m[id]
+	if !ok || b.name != name {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "build %q of %q not found", id, name)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.body != nil {
+		return nil, errdefs.Errorf(errdefs.ErrAlreadyExists, "build %q was started already", id)
+	}
+	b.body, b.status, b.changed = body, "building", time.Now()
+	return b, nil
 }

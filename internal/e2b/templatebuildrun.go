@@ -28,6 +28,7 @@ func (s *Server) runBuild(b *build, body buildBody) {
 	}()
 	began := time.Now()
 	err := s.buildTemplate(ctx, b, body)
+	b.flush()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.changed = time.Now()
@@ -45,6 +46,13 @@ func (s *Server) runBuild(b *build, body buildBody) {
 // it; the builds no tag points at any more are deleted where no sandbox
 // uses them.
 func (s *Server) buildTemplate(ctx context.Context, b *build, body buildBody) error {
+	if body.FromTemplate != "" {
+		// fromTemplate names an E2B template ("name[:tag]") or a Corral one.
+		if _, _, err := splitName(body.FromTemplate); err != nil {
+			return &stepError{step: "base", err: err}
+		}
+		body.FromTemplate = s.resolveTemplate(body.FromTemplate)
+	}
 	file, err := body.instructions(s.uploaded)
 	if err != nil {
 		return err
@@ -68,12 +76,49 @@ func (s *Server) buildTemplate(ctx context.Context, b *build, body buildBody) er
 	return nil
 }
 
-// dropBuilds deletes builds that no tag points at; one that a sandbox or
-// snapshot still uses stays, as a Corral template.
+// dropBuilds deletes builds that no tag points at, with those an earlier
+// call had to keep; one that a sandbox or snapshot still uses is kept
+// for a later call (sweepOrphans). A kept build is deleted only while it
+// is still the template it was (orphan) and untagged.
 func (s *Server) dropBuilds(ctx context.Context, builds []string) {
+	ctx = context.WithoutCancel(ctx)
+	todo := s.tags.takeOrphans()
 	for _, id := range builds {
-		if err := s.m.DeleteTemplate(context.WithoutCancel(ctx), id); err != nil {
-			s.log.Info("kept an untagged template build", "build", id, "reason", err)
+		if t, err := s.m.Template(id); err == nil {
+			todo = append(todo, orphan{Build: id, CreatedAt: t.CreatedAt})
+		}
+	}
+	var kept []orphan
+	for _, o := range todo {
+		t, err := s.m.Template(o.Build)
+		if err != nil || !t.CreatedAt.Equal(o.CreatedAt) || len(s.tags.namesOf(o.Build)) > 0 {
+			continue // gone, made anew, or tagged again
+		}
+		if err := s.m.DeleteTemplate(ctx, o.Build); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Debug("untagged template build kept for now", "build", o.Build, "reason", err)
+			kept = append(kept, o)
+		}
+	}
+	if err := s.tags.addOrphans(kept); err != nil {
+		s.log.Warn("untagged template builds not recorded for a later delete", "builds", kept, "error", err)
+	}
+}
+
+// orphanSweep is how often the builds that dropBuilds had to keep are
+// tried again.
+const orphanSweep = time.Minute
+
+// sweepOrphans retries dropBuilds' kept builds until Close.
+func (s *Server) sweepOrphans() {
+	defer close(s.swept)
+	t := time.NewTicker(orphanSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			s.dropBuilds(context.Background(), nil)
 		}
 	}
 }
@@ -214,6 +259,7 @@ func (s *Server) deleteTemplateBuilds(ctx context.Context, name string) (ok bool
 	}
 	var gone, errs []error
 	var dropped []string
+	pointing := map[string]string{}
 	deleted := map[string]bool{}
 	for _, r := range tags {
 		if _, done := deleted[r.Build]; done {
@@ -228,12 +274,16 @@ func (s *Server) deleteTemplateBuilds(ctx context.Context, name string) (ok bool
 	for tag, r := range tags {
 		if deleted[r.Build] {
 			dropped = append(dropped, tag)
+			pointing[tag] = r.Build
 		}
 	}
 	if len(dropped) > 0 {
-		if _, err := s.tags.remove(name, dropped); err != nil {
+		// A tag that a build finishing meanwhile moved stays.
+		stale, err := s.tags.removeIf(name, dropped, pointing)
+		if err != nil {
 			gone = append(gone, err)
 		}
+		s.dropBuilds(ctx, stale)
 	}
 	return true, errors.Join(append(errs, gone...)...)
 }

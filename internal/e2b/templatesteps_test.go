@@ -120,14 +120,15 @@ func TestTagTable(t *testing.T) {
 	}
 }
 
-// TestBuildsPrune: finished builds and builds never started are forgotten
-// after buildRetention; running ones never are.
+// TestBuildsPrune: finished builds are forgotten after buildRetention,
+// builds never started after waitRetention, running ones never.
 func TestBuildsPrune(t *testing.T) {
 	now := time.Now()
 	bs := builds{m: map[string]*build{
 		"done":    {status: "ready", changed: now.Add(-2 * buildRetention)},
 		"failed":  {status: "error", changed: now.Add(-2 * buildRetention)},
-		"idle":    {status: "waiting", changed: now.Add(-2 * buildRetention)},
+		"idle":    {status: "waiting", changed: now.Add(-2 * waitRetention)},
+		"uploads": {status: "waiting", changed: now.Add(-2 * buildRetention)},
 		"running": {status: "building", changed: now.Add(-2 * buildRetention)},
 		"recent":  {status: "ready", changed: now.Add(-time.Minute)},
 	}}
@@ -137,7 +138,73 @@ func TestBuildsPrune(t *testing.T) {
 		left = append(left, id)
 	}
 	slices.Sort(left)
-	if !reflect.DeepEqual(left, []string{"recent", "running"}) {
+	if !reflect.DeepEqual(left, []string{"recent", "running", "uploads"}) {
 		t.Errorf("after prune: %v", left)
+	}
+}
+
+// TestBuildLogLines: output written in chunks that split lines makes one
+// entry per line; a carriage return ends a line; an overlong line is cut;
+// the last line without a newline comes out at flush.
+func TestBuildLogLines(t *testing.T) {
+	b := &build{}
+	for _, chunk := range []string{"step 1/2: RUN x\nhal", "f a line\n", "10%\r20%\r", strings.Repeat("y", 2*maxLogLine), "\nlast"} {
+		b.Write([]byte(chunk))
+	}
+	b.flush()
+	var got []string
+	for _, e := range b.logs {
+		got = append(got, e.Message)
+	}
+	want := []string{"step 1/2: RUN x", "half a line", "10%", "20%", strings.Repeat("y", maxLogLine) + " [cut]", "last"}
+	if len(got) != len(want) {
+		t.Fatalf("entries %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] && !(i == 4 && strings.HasPrefix(got[i], strings.Repeat("y", 100))) {
+			t.Errorf("entry %d = %.40q, want %.40q", i, got[i], want[i])
+		}
+	}
+}
+
+// TestTagTableRemoveIf: a delete drops a tag only while it points at the
+// build the delete removed; builds kept for later survive a reopen.
+func TestTagTableRemoveIf(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tags.json")
+	tags, err := openTags(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tags.set("app", "app", []string{"default", "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	// A build finished meanwhile and moved default.
+	if _, err := tags.set("app", "app-2", []string{"default"}); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := tags.removeIf("app", []string{"default", "v1"}, map[string]string{"default": "app", "v1": "app"})
+	if err != nil || !reflect.DeepEqual(stale, []string{"app"}) {
+		t.Fatalf("removeIf: %v, %v", stale, err)
+	}
+	if b, ok := tags.resolve("app"); !ok || b != "app-2" {
+		t.Errorf("the moved tag: %q, %v; want it kept on app-2", b, ok)
+	}
+	made := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	orphans := []orphan{{Build: "old-1", CreatedAt: made}, {Build: "old-2", CreatedAt: made}}
+	if err := tags.addOrphans(orphans); err != nil {
+		t.Fatal(err)
+	}
+	if !tags.isOrphan("old-1") || tags.isOrphan("app-2") {
+		t.Error("isOrphan")
+	}
+	reopened, err := openTags(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reopened.takeOrphans(); !reflect.DeepEqual(got, orphans) {
+		t.Errorf("orphans after reopen: %v", got)
+	}
+	if got := reopened.takeOrphans(); len(got) != 0 {
+		t.Errorf("orphans taken twice: %v", got)
 	}
 }

@@ -37,11 +37,28 @@ type tagRef struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// tagTable maps names to their tags. Safe for concurrent use.
+// tagTable maps names to their tags, and lists the builds no tag points
+// at that are still to be deleted (a sandbox or snapshot used them when
+// their last tag went). Safe for concurrent use.
 type tagTable struct {
-	file string // "" keeps the table in memory only
-	mu   sync.Mutex
-	tags map[string]map[string]tagRef
+	file    string // "" keeps the table in memory only
+	mu      sync.Mutex
+	tags    map[string]map[string]tagRef
+	orphans []orphan
+}
+
+// orphan is a build no tag points at that is still to be deleted; it is
+// the template of that name only while CreatedAt matches, since a later
+// template may take the name once this one is gone.
+type orphan struct {
+	Build     string    `json:"build"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// tagFile is the table as it is saved.
+type tagFile struct {
+	Tags    map[string]map[string]tagRef `json:"tags"`
+	Orphans []orphan                     `json:"orphans,omitempty"`
 }
 
 // openTags reads the table at file, if there is one.
@@ -57,9 +74,14 @@ func openTags(file string) (*tagTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading template tags: %w", err)
 	}
-	if err := json.Unmarshal(b, &t.tags); err != nil {
+	var f tagFile
+	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("reading template tags %s: %w", file, err)
 	}
+	if f.Tags != nil {
+		t.tags = f.Tags
+	}
+	t.orphans = f.Orphans
 	return t, nil
 }
 
@@ -107,15 +129,32 @@ func (t *tagTable) set(name, build string, tags []string) ([]string, error) {
 	}
 	t.tags[name] = next
 	if err := t.save(); err != nil {
-		t.tags[name] = old
+		t.restore(name, old)
 		return nil, err
 	}
 	return unused(before, t.buildsOf(name)), nil
 }
 
+// restore puts back the tags of name as they were (nil: none). Called
+// with mu.
+func (t *tagTable) restore(name string, old map[string]tagRef) {
+	if old == nil {
+		delete(t.tags, name)
+		return
+	}
+	t.tags[name] = old
+}
+
 // remove drops tags of name and returns the builds no tag points at any
 // more. Naming no tags drops them all.
 func (t *tagTable) remove(name string, tags []string) ([]string, error) {
+	return t.removeIf(name, tags, nil)
+}
+
+// removeIf is remove, except that with pointing a tag is dropped only
+// while it still points at pointing[tag]: a tag moved meanwhile (a build
+// that finished) stays.
+func (t *tagTable) removeIf(name string, tags []string, pointing map[string]string) ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old, ok := t.tags[name]
@@ -126,12 +165,12 @@ func (t *tagTable) remove(name string, tags []string) ([]string, error) {
 	next := map[string]tagRef{}
 	if len(tags) > 0 {
 		for _, tag := range tags {
-			if _, ok := old[tag]; !ok {
+			if _, ok := old[tag]; !ok && pointing == nil {
 				return nil, errdefs.Errorf(errdefs.ErrNotFound, "template %q has no tag %q", name, tag)
 			}
 		}
 		for k, v := range old {
-			if !slices.Contains(tags, k) {
+			if b, ok := pointing[k]; !slices.Contains(tags, k) || (pointing != nil && (!ok || b != v.Build)) {
 				next[k] = v
 			}
 		}
@@ -142,10 +181,48 @@ func (t *tagTable) remove(name string, tags []string) ([]string, error) {
 		t.tags[name] = next
 	}
 	if err := t.save(); err != nil {
-		t.tags[name] = old
+		t.restore(name, old)
 		return nil, err
 	}
 	return unused(before, t.buildsOf(name)), nil
+}
+
+// addOrphans records builds to delete later; takeOrphans returns them
+// all and forgets them (the caller adds back those it could not delete).
+func (t *tagTable) addOrphans(builds []orphan) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	before := t.orphans
+	for _, b := range builds {
+		if !slices.Contains(t.orphans, b) {
+			t.orphans = append(t.orphans, b)
+		}
+	}
+	if err := t.save(); err != nil {
+		t.orphans = before
+		return err
+	}
+	return nil
+}
+
+func (t *tagTable) takeOrphans() []orphan {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := t.orphans
+	t.orphans = nil
+	if err := t.save(); err != nil {
+		t.orphans = out
+		return nil
+	}
+	return out
+}
+
+// isOrphan reports whether build is waiting to be deleted, so that a new
+// build does not take its name.
+func (t *tagTable) isOrphan(build string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.ContainsFunc(t.orphans, func(o orphan) bool { return o.Build == build })
 }
 
 // list returns the tags of name by tag.
@@ -203,7 +280,7 @@ func (t *tagTable) save() error {
 	if t.file == "" {
 		return nil
 	}
-	b, err := json.Marshal(t.tags)
+	b, err := json.Marshal(tagFile{Tags: t.tags, Orphans: t.orphans})
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,26 @@ try {
   await Template.removeTags(name, ['prod'])
   check(!(await Template.exists(`${name}:prod`)), 'a removed tag')
 
+  // fromTemplate resolves an E2B name and tag.
+  await Template.build(Template().fromTemplate(`${name}:v2`).runCmd('cp /opt/data/marker /child'), `${name}-child`)
+  const child = await Sandbox.create(`${name}-child`, { timeoutMs: 60_000 })
+  made.push(child)
+  check((await child.commands.run('cat /child')).stdout === 'built\n', 'a template built from a tag')
+
+  // A rebuild moves the default tag while a sandbox still uses the first
+  // build: that build stays until the sandbox is gone, then goes.
+  const corralTemplates = async () => (await api.api.GET('/templates')).data.map((t) => t.templateID)
+  check((await corralTemplates()).includes(built.buildId), 'the first build is a template')
+  await Template.build(template.runCmd('echo changed > /opt/data/changed'), name)
+  check((await sbx.commands.run('cat /opt/data/marker')).stdout === 'built\n', 'the sandbox of the first build still runs')
+  check((await corralTemplates()).includes(built.buildId), 'the first build stays while a sandbox uses it')
+  await sbx.kill()
+  await Template.assignTags(`${name}:v2`, ['again']) // any tag change retries the delete
+  check(!(await corralTemplates()).includes(built.buildId), 'the first build goes once unused')
+  const rebuilt = await Sandbox.create(name, { timeoutMs: 60_000 })
+  made.push(rebuilt)
+  check((await rebuilt.commands.run('cat /opt/data/changed')).stdout === 'changed\n', 'the default tag is the rebuild')
+
   // From an image of a registry, with the image's environment and
   // working directory.
   const image = process.env.CORRAL_TEST_IMAGE
@@ -83,6 +103,8 @@ try {
   check(del.response.status === 204, `delete: ${del.response.status} ${JSON.stringify(del.error)}`)
   check(!(await Template.exists(name)), 'gone after delete')
   check(!(await Template.exists(`${name}:v2`)), 'its tags are gone too')
+  const delChild = await api.api.DELETE('/templates/{templateID}', { params: { path: { templateID: `${name}-child` } } })
+  check(delChild.response.status === 204, `delete of the child template: ${delChild.response.status}`)
   const delImg = await api.api.DELETE('/templates/{templateID}', { params: { path: { templateID: `${name}-img` } } })
   check(delImg.response.status === 204, `delete of the image template: ${delImg.response.status}`)
 } finally {
