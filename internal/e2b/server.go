@@ -61,8 +61,8 @@ type Config struct {
 	// BuildNetwork is what the RUN steps of those builds may reach; the
 	// zero value is nothing (loopback only).
 	BuildNetwork egress.Policy
-	// MaxUploadBytes bounds one upload of a template build's files; 0
-	// means 4 GiB.
+	// MaxUploadBytes bounds one upload of a template build's files, as
+	// sent and unpacked; 0 means 4 GiB.
 	MaxUploadBytes int64
 }
 

@@ -350,7 +350,11 @@ func (s *Server) extractUpload(ctx context.Context, r *http.Request, hash string
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := untar.ExtractTar(ctx, http.MaxBytesReader(nil, r.Body, s.cfg.MaxUploadBytes), tmp); err != nil {
+	max := s.cfg.MaxUploadBytes
+	if err := untar.ExtractTarLimit(ctx, http.MaxBytesReader(nil, r.Body, max), tmp, max); err != nil {
+		if errors.Is(err, untar.ErrTooLarge) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "the uploaded files are more than %d bytes unpacked", max)
+		}
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "extracting the uploaded files: %v", err)
 	}
 	err = os.Rename(tmp, filepath.Join(s.filesDir(), hash))

@@ -116,7 +116,12 @@ type LineError struct {
 	msg  string
 }
 
-func (e *LineError) Error() string { return e.msg }
+func (e *LineError) Error() string {
+	if e.msg == "" {
+		return fmt.Sprintf("line %d: %v", e.Line, e.Err)
+	}
+	return e.msg
+}
 func (e *LineError) Unwrap() error { return e.Err }
 
 // BuildOptions are the inputs of one build besides the file.

@@ -63,9 +63,23 @@ import (
 // a file. ExtractTar reads r to its end but does not close it. Concurrent calls on different dirs
 // are safe.
 func ExtractTar(ctx context.Context, r io.Reader, dir string) error {
+	return ExtractTarLimit(ctx, r, dir, 0)
+}
+
+// ErrTooLarge is what ExtractTarLimit's error wraps when the unpacked
+// stream passes its limit.
+var ErrTooLarge = errors.New("tarball larger than allowed")
+
+// ExtractTarLimit is ExtractTar refusing a stream that is more than max
+// bytes once decompressed (0: no limit), so that a small gzip cannot fill
+// the disk. The error wraps ErrTooLarge.
+func ExtractTarLimit(ctx context.Context, r io.Reader, dir string, max int64) error {
 	src, err := decompress(r)
 	if err != nil {
 		return err
+	}
+	if max > 0 {
+		src = &capReader{r: src, left: max}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating rootfs directory: %w", err)
@@ -145,4 +159,28 @@ func decompress(r io.Reader) (io.Reader, error) {
 
 func unsupportedCompression(name string) error {
 	return fmt.Errorf("%s-compressed tarballs are not supported, only plain and gzip: decompress it first: %w", name, errdefs.ErrNotImplemented)
+}
+
+// capReader fails a read past its limit with ErrTooLarge.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte more than allowed tells a stream that ends here from
+		// one that goes on.
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n == 0 {
+			return 0, io.EOF
+		}
+		return 0, ErrTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }

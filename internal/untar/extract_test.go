@@ -603,3 +603,22 @@ func FuzzExtractTar(f *testing.F) {
 		}
 	})
 }
+
+// TestExtractTarLimit: a gzip far smaller than the limit that unpacks to
+// more is refused with ErrTooLarge; a stream exactly at the limit passes.
+func TestExtractTarLimit(t *testing.T) {
+	big := tarball(t, file("zeros", strings.Repeat("\x00", 1<<20), 0o644))
+	small := gzipped(t, big)
+	if len(small) > 64<<10 {
+		t.Fatalf("the gzip is %d bytes; the test wants it small", len(small))
+	}
+	root, _, _ := testutil.SandboxDirs(t)
+	err := untar.ExtractTarLimit(t.Context(), bytes.NewReader(small), root, 256<<10)
+	if !errors.Is(err, untar.ErrTooLarge) {
+		t.Fatalf("ExtractTarLimit error = %v, want ErrTooLarge", err)
+	}
+	root2, _, _ := testutil.SandboxDirs(t)
+	if err := untar.ExtractTarLimit(t.Context(), bytes.NewReader(small), root2, int64(len(big))); err != nil {
+		t.Fatalf("a stream at the limit: %v", err)
+	}
+}
