@@ -299,6 +299,9 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.uploaded(hash) {
+		// In use again: collectFiles counts from now.
+		now := time.Now()
+		_ = os.Chtimes(filepath.Join(s.filesDir(), hash), now, now)
 		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
 		return
 	}
@@ -356,6 +359,12 @@ func (s *Server) extractUpload(ctx context.Context, r *http.Request, hash string
 			return errdefs.Errorf(errdefs.ErrInvalidArgument, "the uploaded files are more than %d bytes unpacked", max)
 		}
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "extracting the uploaded files: %v", err)
+	}
+	// The upload's time is when collectFiles counts from, whatever times
+	// the tar gave the top directory.
+	now := time.Now()
+	if err := os.Chtimes(tmp, now, now); err != nil {
+		return err
 	}
 	err = os.Rename(tmp, filepath.Join(s.filesDir(), hash))
 	if errors.Is(err, fs.ErrExist) || (err != nil && s.uploaded(hash)) {

@@ -203,3 +203,29 @@ func waitBuild(t *testing.T, e *env, name, id string) buildStatusBody {
 	t.Fatal("the build did not end")
 	return buildStatusBody{}
 }
+
+// TestCollectFiles: uploads older than filesRetention go, newer ones
+// stay, and nothing goes while a build runs.
+func TestCollectFiles(t *testing.T) {
+	_, srv, _, _ := buildEnv(t)
+	old, fresh := strings.Repeat("aa", 32), strings.Repeat("bb", 32)
+	for _, h := range []string{old, fresh} {
+		if err := os.MkdirAll(filepath.Join(srv.filesDir(), h, "app"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	then := time.Now().Add(-2 * filesRetention)
+	if err := os.Chtimes(filepath.Join(srv.filesDir(), old), then, then); err != nil {
+		t.Fatal(err)
+	}
+	srv.builds.m["running"] = &build{status: "building"}
+	srv.collectFiles(time.Now())
+	if !srv.uploaded(old) {
+		t.Fatal("files collected while a build runs")
+	}
+	delete(srv.builds.m, "running")
+	srv.collectFiles(time.Now())
+	if srv.uploaded(old) || !srv.uploaded(fresh) {
+		t.Errorf("after collect: old there %v, fresh there %v", srv.uploaded(old), srv.uploaded(fresh))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -117,8 +118,9 @@ func (s *Server) sweepOrphans() {
 		select {
 		case <-s.closing:
 			return
-		case <-t.C:
+		case now := <-t.C:
 			s.dropBuilds(context.Background(), nil)
+			s.collectFiles(now)
 		}
 	}
 }
@@ -286,4 +288,44 @@ func (s *Server) deleteTemplateBuilds(ctx context.Context, name string) (ok bool
 		s.dropBuilds(ctx, stale)
 	}
 	return true, errors.Join(append(errs, gone...)...)
+}
+
+// filesRetention is how long uploaded COPY files are kept: a build after
+// that uploads them again (the SDK asks first).
+const filesRetention = 7 * 24 * time.Hour
+
+// collectFiles removes the uploads made more than filesRetention before
+// now, while no build runs (one may be reading them).
+func (s *Server) collectFiles(now time.Time) {
+	if s.builds.running() {
+		return
+	}
+	entries, err := os.ReadDir(s.filesDir())
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !filesHashPattern.MatchString(e.Name()) || now.Sub(fi.ModTime()) < filesRetention {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.filesDir(), e.Name())); err != nil {
+			s.log.Warn("removing old template build files", "hash", e.Name(), "error", err)
+		}
+	}
+}
+
+// running reports whether a build is running.
+func (bs *builds) running() bool {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.m {
+		b.mu.Lock()
+		run := b.status == "building"
+		b.mu.Unlock()
+		if run {
+			return true
+		}
+	}
+	return false
 }
