@@ -96,6 +96,8 @@ type DockerfileOptions struct {
 	// Platform and Insecure apply to pulling the FROM image.
 	Platform string
 	Insecure bool
+	// NoCache runs every step even when its result is cached.
+	NoCache bool
 	// Network is the network mode of RUN steps: "none" (the default:
 	// loopback only), "allowlist" (the default when AllowDomains is set)
 	// or "open". AllowDomains are the names they may reach through the
@@ -132,6 +134,9 @@ func (c *Client) BuildTemplateFromDockerfile(ctx context.Context, name string, o
 	}
 	if opts.Insecure {
 		q.Set("insecure", "true")
+	}
+	if opts.NoCache {
+		q.Set("no_cache", "true")
 	}
 	if opts.Network != "" {
 		q.Set("network", opts.Network)

@@ -73,7 +73,7 @@ type buildFlags struct {
 	file               string
 	buildArgs, domains multiFlag
 	platform, network  string
-	insecure           bool
+	insecure, noCache  bool
 	service            serviceFlags
 }
 
@@ -85,6 +85,7 @@ func (f *buildFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.buildArgs, "build-arg", "build argument K=V, or K to take its value from the environment (repeatable)")
 	fs.StringVar(&f.platform, "platform", "", "platform of the FROM image (default linux/amd64)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP to the FROM image's registry")
+	fs.BoolVar(&f.noCache, "no-cache", false, "run every step, even those whose result is cached")
 	fs.StringVar(&f.network, "network", "", "network of RUN steps: none (default), allowlist or open")
 	fs.Var(&f.domains, "allow-domain", "a domain RUN steps may reach (repeatable; implies --network allowlist)")
 	f.service.register(fs, true)
@@ -95,7 +96,7 @@ func (f *buildFlags) register(fs *flag.FlagSet) {
 // (NAME -f FILE [CONTEXT], or NAME CONTEXT with CONTEXT/Dockerfile).
 func (c *cli) templateBuild(ctx context.Context, client *corral.Client, args []string) int {
 	const usage = "usage: corral template build NAME [--recipe debian|busybox]\n" +
-		"       corral template build NAME [-f Dockerfile] [CONTEXT] [--build-arg K=V]... [--platform P] [--insecure]"
+		"       corral template build NAME [-f Dockerfile] [CONTEXT] [--build-arg K=V]... [--platform P] [--insecure] [--no-cache]"
 	fs := c.flags("template build")
 	var f buildFlags
 	f.register(fs)
@@ -116,8 +117,8 @@ func (c *cli) templateBuild(ctx context.Context, client *corral.Client, args []s
 
 // buildRecipe builds template name from a recipe (debian by default).
 func (c *cli) buildRecipe(ctx context.Context, client *corral.Client, name string, f *buildFlags) int {
-	if f.network != "" || len(f.domains) > 0 || len(f.buildArgs) > 0 || f.platform != "" || f.insecure {
-		fmt.Fprintln(c.env.Stderr, "corral template build: --build-arg, --platform, --insecure, --network and --allow-domain need a Dockerfile (-f FILE or CONTEXT)")
+	if f.network != "" || len(f.domains) > 0 || len(f.buildArgs) > 0 || f.platform != "" || f.insecure || f.noCache {
+		fmt.Fprintln(c.env.Stderr, "corral template build: --build-arg, --platform, --insecure, --no-cache, --network and --allow-domain need a Dockerfile (-f FILE or CONTEXT)")
 		return exitUsage
 	}
 	recipe := f.recipe
@@ -144,7 +145,7 @@ func (c *cli) buildDockerfile(ctx context.Context, client *corral.Client, name, 
 		fmt.Fprintln(c.env.Stderr, "corral template build: --recipe, --mirror and --build-essential do not apply to a Dockerfile build")
 		return exitUsage
 	}
-	opts := corral.DockerfileOptions{ContextDir: contextDir, Platform: f.platform, Insecure: f.insecure, Args: map[string]string{},
+	opts := corral.DockerfileOptions{ContextDir: contextDir, Platform: f.platform, Insecure: f.insecure, NoCache: f.noCache, Args: map[string]string{},
 		Network: f.network, AllowDomains: f.domains}
 	for _, kv := range f.buildArgs {
 		k, v, ok := strings.Cut(kv, "=")

@@ -65,7 +65,8 @@ func (s *Server) buildTemplate(ctx context.Context, b *build, body buildBody) er
 	if err := os.MkdirAll(s.filesDir(), 0o700); err != nil {
 		return err
 	}
-	opts := templates.BuildOptions{File: file, ContextDir: s.filesDir(), Out: b, Service: sv, Network: s.cfg.BuildNetwork}
+	opts := templates.BuildOptions{File: file, ContextDir: s.filesDir(), Out: b, Service: sv, Network: s.cfg.BuildNetwork,
+		ForceFrom: body.forceFrom()}
 	if _, err := s.cfg.Templates.Build(ctx, b.id, opts); err != nil {
 		return err
 	}

@@ -212,3 +212,19 @@ func (b buildBody) service() (*sandbox.Service, error) {
 	}
 	return sv, nil
 }
+
+// forceFrom is the first Corral build step to run even when cached: the
+// whole build for force (skipCache before the base), else the first
+// step marked force (skipCache before it; the SDK marks every later one
+// too), counting the base as step 1; 0 when nothing is forced.
+func (b buildBody) forceFrom() int {
+	if b.Force {
+		return 1
+	}
+	for i, st := range b.Steps {
+		if st.Force {
+			return i + 2
+		}
+	}
+	return 0
+}

@@ -208,3 +208,21 @@ func TestTagTableRemoveIf(t *testing.T) {
 		t.Errorf("orphans taken twice: %v", got)
 	}
 }
+
+// TestForceFrom: skipCache before the base forces the whole build, before
+// a step that step on (numbered from the base as step 1).
+func TestForceFrom(t *testing.T) {
+	steps := []buildStep{{Type: "RUN"}, {Type: "RUN", Force: true}, {Type: "RUN", Force: true}}
+	for _, tt := range []struct {
+		body buildBody
+		want int
+	}{
+		{buildBody{Steps: steps[:1]}, 0},
+		{buildBody{Steps: steps}, 3},
+		{buildBody{Force: true, Steps: steps[:1]}, 1},
+	} {
+		if got := tt.body.forceFrom(); got != tt.want {
+			t.Errorf("forceFrom of %+v = %d, want %d", tt.body, got, tt.want)
+		}
+	}
+}

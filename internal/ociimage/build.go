@@ -134,6 +134,11 @@ type BuildOptions struct {
 	// Out receives one line per step and the output of RUN steps; nil
 	// discards them.
 	Out io.Writer
+	// ForceFrom, if not 0, is the number of the first step to run even
+	// when its result is cached (1 runs every step, as docker build
+	// --no-cache does): that step's key gets a part of its own, so it and
+	// every later step make new results; the earlier ones stay cached.
+	ForceFrom int
 }
 
 // BuildResult says what a build did.

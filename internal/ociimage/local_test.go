@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/corralrun/corral/internal/errdefs"
@@ -87,4 +88,35 @@ type runnerFunc func(ctx context.Context, root string, st Step) error
 
 func (f runnerFunc) Run(ctx context.Context, root string, st Step, _ io.Writer) error {
 	return f(ctx, root, st)
+}
+
+// TestBuildForceFrom: ForceFrom runs the step it names and every later
+// one although they are cached, and leaves the earlier ones cached; a
+// later plain build still finds the first build's results.
+func TestBuildForceFrom(t *testing.T) {
+	e := newBuildEnv(t)
+	ins, err := ParseBuildFile(strings.NewReader(fiveRuns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(force int) int {
+		t.Helper()
+		if _, err := e.b.Build(t.Context(), ins, BuildOptions{Context: e.context, ForceFrom: force}); err != nil {
+			t.Fatal(err)
+		}
+		return len(e.runner.take())
+	}
+	if n := build(0); n != 5 {
+		t.Fatalf("first build ran %d commands, want 5", n)
+	}
+	// Steps: 1 FROM, 2 ARG, 3 ENV, 4 WORKDIR, 5 COPY, 6-10 RUN s1..s5.
+	if n := build(8); n != 3 {
+		t.Errorf("ForceFrom 8 ran %d commands, want 3 (s3, s4, s5)", n)
+	}
+	if n := build(1); n != 5 {
+		t.Errorf("ForceFrom 1 ran %d commands, want all 5", n)
+	}
+	if n := build(0); n != 0 {
+		t.Errorf("a plain rebuild ran %d commands, want none", n)
+	}
 }

@@ -2,6 +2,7 @@ package ociimage
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -53,6 +54,9 @@ func (b *Builder) Plan(ctx context.Context, file []Instruction, opts BuildOption
 		st := Step{Number: n + 1, Total: len(steps), Instruction: ins}
 		if err := p.step(ctx, &st); err != nil {
 			return nil, lineError(ins, err)
+		}
+		if st.Number == opts.ForceFrom {
+			p.force(&st)
 		}
 		p.plan.Steps = append(p.plan.Steps, st)
 	}
@@ -200,6 +204,21 @@ func (p *planner) step(ctx context.Context, st *Step) error {
 	}
 	p.key = st.Key
 	return nil
+}
+
+// force gives step st a key no earlier build had (BuildOptions.ForceFrom):
+// the step, and through the chain of keys every later one, runs again.
+func (p *planner) force(st *Step) {
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	old := st.Key
+	st.Key = chain(old, "force", hex.EncodeToString(nonce))
+	if p.key == old {
+		p.key = st.Key
+	}
+	if p.snap == old {
+		p.snap = st.Key
+	}
 }
 
 // planArg declares an ARG; the key covers every ARG in scope and its value.

@@ -101,7 +101,8 @@ func isMultipart(r *http.Request) bool {
 // buildFromFile builds a template from a Dockerfile. The body is
 // multipart/form-data: a "dockerfile" part first, then an optional
 // "context" part holding a tar of the build context. Options are query
-// parameters: build_arg=K=V (repeated), platform, insecure, and the
+// parameters: build_arg=K=V (repeated), platform, insecure, no_cache
+// (run every step even when cached), and the
 // network of RUN steps: network=none|allowlist|open and allow_domain
 // (repeated; implies allowlist), and the template's service
 // (serviceParams). It streams
@@ -126,6 +127,15 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	noCache, err := boolParam(q, "no_cache")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	force := 0
+	if noCache {
+		force = 1
 	}
 	service, noStart, err := serviceParams(q)
 	if err != nil {
@@ -180,7 +190,7 @@ func (s *Server) buildFromFile(w http.ResponseWriter, r *http.Request) {
 	out := newEventStream(w, s.redactor(r))
 	t, err := svc.Build(r.Context(), name, templates.BuildOptions{
 		File: file, Context: buildContext, Args: args, Platform: q.Get("platform"), Insecure: insecure,
-		Out: out, Progress: out.progress, Network: network, Service: service, NoStart: noStart,
+		Out: out, Progress: out.progress, Network: network, Service: service, NoStart: noStart, ForceFrom: force,
 	})
 	out.finish(r, t, err)
 }

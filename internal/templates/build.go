@@ -29,6 +29,9 @@ type BuildOptions struct {
 	ContextDir string
 	// Args are --build-arg values.
 	Args map[string]string
+	// ForceFrom runs the steps from this number on even when they are
+	// cached (ociimage.BuildOptions.ForceFrom); 1 runs them all.
+	ForceFrom int
 	// Platform and Insecure apply to pulling the FROM image, as in
 	// PullOptions.
 	Platform string
@@ -110,7 +113,7 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 		},
 		Local: s.localBase,
 	}
-	res, err := b.Build(ctx, opts.File, ociimage.BuildOptions{Context: dir, Args: opts.Args, Out: out})
+	res, err := b.Build(ctx, opts.File, ociimage.BuildOptions{Context: dir, Args: opts.Args, Out: out, ForceFrom: opts.ForceFrom})
 	if err != nil {
 		return sandbox.Template{}, err
 	}

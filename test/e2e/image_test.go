@@ -238,6 +238,13 @@ func TestBuildDockerfile(t *testing.T) {
 			t.Errorf("unchanged rebuild took %s, want under a second", took)
 		}
 
+		// --no-cache runs every step again; the cache still serves later
+		// builds.
+		out, logNC, code := d.corral("template", "build", "five-nocache", "--no-cache", "-f", write("echo 3 > /three"), ctxDir)
+		if code != 0 || strings.TrimSpace(out) != "five-nocache" || !strings.Contains(logNC, "ran steps 1, 2, 3, 4, 5, 6, 8 of 8") {
+			t.Errorf("--no-cache build: code %d, stdout %q:\n%s", code, out, logNC)
+		}
+
 		log3, took := build("five-changed", write("echo three > /three"))
 		t.Logf("rebuild with the third RUN changed (%s storage): %s", storage, took.Round(time.Millisecond))
 		for _, want := range []string{
@@ -268,7 +275,7 @@ func TestBuildDockerfile(t *testing.T) {
 
 		// Deleting the templates lets the collector drop the build cache
 		// and the base image.
-		for _, n := range []string{"five", "five-again", "five-changed"} {
+		for _, n := range []string{"five", "five-again", "five-nocache", "five-changed"} {
 			if _, errOut, code := d.corral("template", "rm", n); code != 0 {
 				t.Fatalf("template rm %s: %s", n, errOut)
 			}

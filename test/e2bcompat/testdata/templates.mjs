@@ -56,6 +56,18 @@ try {
   await Template.removeTags(name, ['prod'])
   check(!(await Template.exists(`${name}:prod`)), 'a removed tag')
 
+  // skipCache runs the steps again.
+  const stamp = () => Template().fromTemplate('base').runCmd('echo stamped > /stamp')
+  await Template.build(stamp(), `${name}-stamp`)
+  const cachedLogs = []
+  await Template.build(stamp(), `${name}-stamp`, { onBuildLogs: (e) => cachedLogs.push(e.message) })
+  check(cachedLogs.some((l) => /all \d+ steps cached/.test(l)), `an unchanged build is cached: ${cachedLogs.join(' | ')}`)
+  const forcedLogs = []
+  await Template.build(stamp(), `${name}-stamp`, { skipCache: true, onBuildLogs: (e) => forcedLogs.push(e.message) })
+  check(forcedLogs.some((l) => /ran steps 1, 2 of 2/.test(l)), `skipCache runs every step: ${forcedLogs.join(' | ')}`)
+  const delStamp = await api.api.DELETE('/templates/{templateID}', { params: { path: { templateID: `${name}-stamp` } } })
+  check(delStamp.response.status === 204, `delete of the stamp template: ${delStamp.response.status}`)
+
   // fromTemplate resolves an E2B name and tag.
   await Template.build(Template().fromTemplate(`${name}:v2`).runCmd('cp /opt/data/marker /child'), `${name}-child`)
   const child = await Sandbox.create(`${name}-child`, { timeoutMs: 60_000 })
