@@ -231,7 +231,8 @@ func TestStaleSlot(t *testing.T) {
 
 // TestSweepStaleSlots: a new driver clears the slots a killed daemon left
 // half made, one without its owner link and one whose owner is gone with a
-// root still mounted, and keeps a slot whose sandbox directory exists.
+// root still mounted and an owner change half done, and keeps a slot whose
+// sandbox directory exists.
 func TestSweepStaleSlots(t *testing.T) {
 	e := newEnv(t)
 	d := e.newDriver(t, func(c *Config) { c.UserNamespaces = true })
@@ -244,6 +245,10 @@ func TestSweepStaleSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone, mnt := staleSlot(t, d, "ghost")
+	// Killed in the middle of a spare's claim (repoint), too.
+	if err := os.Symlink(d.dir("ghost"), filepath.Join(d.slotDir(gone), "owner.new")); err != nil {
+		t.Fatal(err)
+	}
 	// Killed between the slot's mkdir and its owner link.
 	bare := (kept + 1 + rand.IntN(1000)) % idSlots
 	for bare == gone {

@@ -199,8 +199,9 @@ func (d *Driver) sweepSlots() (int, error) {
 }
 
 // clearSlot unmounts slot n's root and sysfs (netns.go) and removes the
-// slot. It removes entries one by one, never recursively: a root still
-// mounted must make it fail, not be deleted. Called with the lock.
+// slot, with a half-done owner change (repoint). It removes entries one
+// by one, never recursively: a root still mounted must make it fail, not
+// be deleted. Called with the lock.
 func (d *Driver) clearSlot(n int) error {
 	sd := d.slotDir(n)
 	mnt := filepath.Join(sd, "rootfs")
@@ -210,7 +211,9 @@ func (d *Driver) clearSlot(n int) error {
 			return fmt.Errorf("unmounting %s: %w", m, err)
 		}
 	}
-	for _, p := range []string{filepath.Join(sd, "owner"), mnt, sys, sd} {
+	// owner.new is repoint's: a daemon killed between its symlink and its
+	// rename leaves it.
+	for _, p := range []string{filepath.Join(sd, "owner"), filepath.Join(sd, "owner.new"), mnt, sys, sd} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing slot %d: %w%s", n, err, dirEntries(p))
 		}
