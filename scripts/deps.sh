@@ -7,8 +7,11 @@ cd "$(dirname "$0")/.."
 
 # Every program the daemon or a test runs comes from one of these (or from
 # Debian's essential set): runc, mkfs.btrfs, debootstrap, busybox, unshare,
-# nft (the network tests read the kernel's rules back), curl, tmux.
+# nft (the network tests read the kernel's rules back), curl, tmux. The
+# code interpreter's own tests run its Python kernel (ipykernel, with
+# pandas and matplotlib for rich results) on the host, outside a sandbox.
 PKGS="runc btrfs-progs debootstrap busybox-static util-linux iproute2 nftables ca-certificates curl unzip tmux"
+PKGS="$PKGS python3-ipykernel python3-pandas python3-matplotlib"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -7,17 +7,24 @@
 // --agent names it), and itself as `corral agent` otherwise.
 //
 // It takes the arguments of `corral agent`, with or without the leading
-// "agent", so that drivers start either binary the same way.
+// "agent", so that drivers start either binary the same way. Its
+// "interpreter" command is the code interpreter service
+// (`/.corral/agent interpreter`, the code-interpreter template's start
+// command).
 package main
 
 import (
 	"os"
 
 	"github.com/corralrun/corral/internal/agentserver"
+	"github.com/corralrun/corral/internal/interpreter"
 )
 
 func main() {
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "interpreter" {
+		os.Exit(interpreter.Main(args[1:]))
+	}
 	if len(args) > 0 && args[0] == "agent" {
 		args = args[1:]
 	}
