@@ -52,6 +52,11 @@ func commands() []command {
 				"allows (server --allow-mount DIR); a bare name is a volume"}}},
 		{name: "exec", group: groupSandboxes, run: (*cli).exec, complete: firstSandbox, usage: []usageLine{
 			{"exec [flags] ID -- CMD...", "run CMD in a sandbox; exits with its status\n(-d: start it in the background and print its PID)"}}},
+		{name: "code", group: groupSandboxes, run: (*cli).code, complete: firstSandbox, usage: []usageLine{
+			{"code [flags] ID [-- CODE...]", "run code in a code-interpreter sandbox (or -f FILE, or stdin;\n" +
+				"--language python|javascript|bash, --context CTX); variables\n" +
+				"stay between runs; image results are saved as files"},
+			{"code contexts ID [--create LANG | --restart CTX | --rm CTX]", "list or manage its contexts"}}},
 		{name: "shell", group: groupSandboxes, run: (*cli).shell, complete: firstSandbox, usage: []usageLine{
 			{"shell [flags] ID [-- CMD...]", "interactive terminal (default: the user's login shell);\nexits with the remote status"}}},
 		{name: "ls", group: groupSandboxes, run: (*cli).ls, complete: noArgs, usage: []usageLine{
@@ -118,7 +123,7 @@ func commands() []command {
 			{"template pull NAME REF [--platform P] [--insecure]", "make a template from a registry image (its Env, WorkingDir\n" +
 				"and User become the defaults of execs in its sandboxes)"},
 			{"template import NAME FILE", "from a root file system tarball, an OCI image layout tar\nor a docker save archive"},
-			{"template build NAME [--recipe debian|busybox]", ""},
+			{"template build NAME [--recipe debian|code-interpreter|busybox]", ""},
 			{"template build NAME -f Dockerfile [CONTEXT] [--build-arg K=V]...", "build a Dockerfile (FROM, RUN, COPY, ADD, ENV, WORKDIR,\n" +
 				"USER, ARG, ...); RUN steps run in sandboxes, without\n" +
 				"network unless --network or --allow-domain say otherwise;\n" +

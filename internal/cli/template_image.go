@@ -78,7 +78,7 @@ type buildFlags struct {
 }
 
 func (f *buildFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.recipe, "recipe", "", "debian (default when no Dockerfile is given) or busybox")
+	fs.StringVar(&f.recipe, "recipe", "", "debian (default when no Dockerfile is given), code-interpreter or busybox")
 	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URL (debian recipe)")
 	fs.BoolVar(&f.essential, "build-essential", false, "include compilers (debian recipe)")
 	fs.StringVar(&f.file, "f", "", "Dockerfile to build (- for stdin; default CONTEXT/Dockerfile)")

@@ -33,6 +33,13 @@ var debianPackages = []string{
 	"git", "curl", "ca-certificates", "procps", "less",
 }
 
+// CodeInterpreterPackages are what the code-interpreter recipe adds to
+// the Debian template: a Jupyter kernel for Python and the libraries whose
+// results the interpreter shows richly (data frames, charts).
+var CodeInterpreterPackages = []string{
+	"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
+}
+
 // DebianOptions tune BuildDebian. The zero value builds the default
 // template from DefaultDebianMirror.
 type DebianOptions struct {
@@ -42,6 +49,13 @@ type DebianOptions struct {
 	// BuildEssential adds build-essential (gcc, make, libc headers), a
 	// few hundred megabytes more.
 	BuildEssential bool
+	// Extra are more Debian packages to install (CodeInterpreterPackages
+	// for the code-interpreter recipe).
+	Extra []string
+	// Warm is a command run in the finished tree as "user", for caches the
+	// first use would otherwise build (matplotlib's font cache); empty
+	// runs nothing.
+	Warm string
 	// Debootstrap is the debootstrap program to run; empty means the one
 	// on PATH, else /usr/sbin/debootstrap.
 	Debootstrap string
@@ -102,6 +116,7 @@ func BuildDebian(ctx context.Context, dir string, opts DebianOptions, progress i
 	if opts.BuildEssential {
 		pkgs = append(pkgs, "build-essential")
 	}
+	pkgs = append(pkgs, opts.Extra...)
 	fmt.Fprintf(progress, "corral: installing %s\n", strings.Join(pkgs, " "))
 	if err := installPackages(ctx, dir, pkgs, progress); err != nil {
 		return fmt.Errorf("installing packages into %s: %w", dir, err)
@@ -111,8 +126,20 @@ func BuildDebian(ctx context.Context, dir string, opts DebianOptions, progress i
 	if err := finishDebian(dir); err != nil {
 		return fmt.Errorf("finishing debian tree %s: %w", dir, err)
 	}
+	if opts.Warm != "" {
+		fmt.Fprintf(progress, "corral: warming caches: %s\n", opts.Warm)
+		unshareOpts := []string{"--pid", "--fork", "--mount-proc=" + filepath.Join(dir, "proc")}
+		if err := runIsolated(ctx, progress, unshareOpts, "chroot", fmt.Sprintf("--userspec=%d:%d", userID, userID), dir,
+			"/bin/sh", "-ec", "cd /"+userHome+" && HOME=/"+userHome+" "+opts.Warm); err != nil {
+			return fmt.Errorf("warming caches in %s: %w", dir, err)
+		}
+	}
 	return nil
 }
+
+// CodeInterpreterWarm builds matplotlib's font cache in the user's home,
+// which the first import of pyplot would otherwise spend seconds on.
+const CodeInterpreterWarm = "python3 -c 'import matplotlib.pyplot'"
 
 func findDebootstrap(p string) (string, error) {
 	if p == "" {

@@ -44,13 +44,16 @@ var (
 	RangeIdleTimeout = Range{Field: "idle_timeout", Unit: "seconds", Min: 0, Max: int64(MaxTimeout), Scale: int64(time.Second)}
 	RangeExecTimeout = Range{Field: "timeout_ms", Unit: "milliseconds", Min: 0, Max: int64(MaxTimeout / time.Millisecond), Scale: 1}
 	RangeExecOutput  = Range{Field: "max_output_bytes", Unit: "bytes", Min: 0, Max: 1 << 40, Scale: 1}
-	RangePoolSize    = Range{Field: "size", Unit: "sandboxes", Min: 0, Max: MaxPoolSize, Scale: 1}
-	RangeForkCount   = Range{Field: "count", Unit: "copies", Min: 1, Max: MaxForks, Scale: 1}
-	RangeVolumeSize  = Range{Field: "size_bytes", Unit: "bytes", Min: 0, Max: 1 << 50, Scale: 1}
-	RangePTYCols     = Range{Field: "cols", Unit: "columns", Min: 1, Max: math.MaxUint16, Scale: 1}
-	RangePTYRows     = Range{Field: "rows", Unit: "rows", Min: 1, Max: math.MaxUint16, Scale: 1}
-	RangeFileMode    = Range{Field: "mode", Unit: "permission bits", Min: 0, Max: 0o7777, Scale: 1}
-	RangePort        = Range{Field: "port", Unit: "TCP port", Min: 1, Max: math.MaxUint16, Scale: 1}
+	// RangeCodeOutput bounds what one code execution may ask to receive
+	// of its stdout and stderr.
+	RangeCodeOutput = Range{Field: "max_output_bytes", Unit: "bytes", Min: 0, Max: 64 << 20, Scale: 1}
+	RangePoolSize   = Range{Field: "size", Unit: "sandboxes", Min: 0, Max: MaxPoolSize, Scale: 1}
+	RangeForkCount  = Range{Field: "count", Unit: "copies", Min: 1, Max: MaxForks, Scale: 1}
+	RangeVolumeSize = Range{Field: "size_bytes", Unit: "bytes", Min: 0, Max: 1 << 50, Scale: 1}
+	RangePTYCols    = Range{Field: "cols", Unit: "columns", Min: 1, Max: math.MaxUint16, Scale: 1}
+	RangePTYRows    = Range{Field: "rows", Unit: "rows", Min: 1, Max: math.MaxUint16, Scale: 1}
+	RangeFileMode   = Range{Field: "mode", Unit: "permission bits", Min: 0, Max: 0o7777, Scale: 1}
+	RangePort       = Range{Field: "port", Unit: "TCP port", Min: 1, Max: math.MaxUint16, Scale: 1}
 )
 
 // APIMin and APIMax are the bounds in the API's unit.

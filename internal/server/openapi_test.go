@@ -11,6 +11,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/events"
+	"github.com/corralrun/corral/internal/interpreter"
 	"github.com/corralrun/corral/internal/ociimage"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/storage"
@@ -223,6 +224,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Service":              {sandbox.Service{}},
 		"ReadyCheck":           {wire.ReadyCheck{}},
 		"ServiceStatus":        {wire.ServiceStatus{}},
+		"CodeRequest":          {CodeRequest{}},
+		"CodeEvent":            {CodeEvent{}},
+		"CodeContext":          {interpreter.ContextInfo{}},
+		"CodeContextRequest":   {CodeContextRequest{}},
 	}
 	for name, s := range doc.Components.Schemas {
 		if s.Properties != nil && types[name] == nil {
@@ -315,6 +320,7 @@ func TestOpenAPIRanges(t *testing.T) {
 		"StartSandboxRequest":  {sandbox.RangeTimeout},
 		"ExecRequest":          exec,
 		"StartRequest":         exec,
+		"CodeRequest":          {sandbox.RangeExecTimeout, sandbox.RangeCodeOutput},
 		"PTYSize":              pty,
 		"AttachControl":        pty,
 		"ForkRequest":          {sandbox.RangeForkCount},

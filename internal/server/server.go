@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/corralrun/corral/internal/admission"
+	"github.com/corralrun/corral/internal/codeclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
@@ -48,12 +49,15 @@ type Server struct {
 	reg *metrics.Registry
 	// ports forwards /v1/sandboxes/{id}/ports/{port}/ (ports.go).
 	ports *PortProxy
+	// code talks to the code interpreters of sandboxes (code.go).
+	code *codeclient.Client
 }
 
 // New returns a Server with every route registered.
 func New(cfg Config) *Server {
 	s := &Server{m: cfg.Manager, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
 	s.ports = NewPortProxy(cfg.Manager, func(w http.ResponseWriter, r *http.Request, err error) { s.writeError(w, r, err) })
+	s.code = codeclient.New(cfg.Manager.DialPort)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -126,7 +130,7 @@ func (s *Server) routes() []route {
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
 	}, slices.Concat(s.portRoutes(), s.snapshotRoutes(), s.stopStartRoutes(), s.volumeRoutes(),
-		s.serviceRoutes(), s.readyRoutes())...)
+		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes())...)
 }
 
 // Handler returns the API handler without authentication (for the

@@ -320,13 +320,19 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	switch req.Recipe {
 	case "busybox":
 		fill = func(_ context.Context, dir string, _ io.Writer) error { return rootfs.FillBusybox(dir, "") }
-	case "debian":
+	case "debian", "code-interpreter":
 		opts := rootfs.DebianOptions{Mirror: req.Mirror, BuildEssential: req.BuildEssential}
+		if req.Recipe == "code-interpreter" {
+			opts.Extra, opts.Warm = rootfs.CodeInterpreterPackages, rootfs.CodeInterpreterWarm
+			if req.Service == nil {
+				req.Service = CodeInterpreterService()
+			}
+		}
 		fill = func(ctx context.Context, dir string, progress io.Writer) error {
 			return rootfs.BuildDebian(ctx, dir, opts, progress)
 		}
 	default:
-		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, busybox)", req.Recipe))
+		s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown recipe %q (available: debian, code-interpreter, busybox)", req.Recipe))
 		return
 	}
 	if err := sandbox.ValidateTemplateName(name); err != nil {

@@ -139,7 +139,9 @@ type TimeoutRequest struct {
 
 // BuildRequest is the body of POST /v1/templates/{name}/build.
 type BuildRequest struct {
-	// Recipe is "debian" (debootstrap; a coding-agent userland) or
+	// Recipe is "debian" (debootstrap; a coding-agent userland),
+	// "code-interpreter" (debian with Jupyter's Python kernel, numpy,
+	// pandas and matplotlib, and the code interpreter as its service) or
 	// "busybox" (a 2 MB rootfs, for tests).
 	Recipe         string `json:"recipe"`
 	Mirror         string `json:"mirror,omitempty"`
@@ -203,4 +205,65 @@ type AttachEvent struct {
 	Signal   string            `json:"signal,omitempty"`
 	TimedOut bool              `json:"timed_out,omitempty"`
 	Error    *wire.ErrorDetail `json:"error,omitempty"`
+}
+
+// CodeRequest is the body of POST /v1/sandboxes/{id}/code: code to run
+// on a context of the sandbox's code interpreter. ContextID and Language
+// are exclusive; neither means the default Python context.
+type CodeRequest struct {
+	Code      string `json:"code"`
+	ContextID string `json:"context_id,omitempty"`
+	// Language is python (the default), javascript or bash; the default
+	// context of that language runs the code.
+	Language string            `json:"language,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	// TimeoutMS, if not 0, interrupts the execution after this long; the
+	// context stays usable.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// MaxOutputBytes bounds the stdout and stderr sent (0: the
+	// interpreter's default, 8 MiB); past it output is dropped.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+}
+
+// Code event types, beside "stdout", "stderr" and "error" (the stream
+// failed), which mean what they mean for exec.
+const (
+	CodeEventResult    = "result"
+	CodeEventException = "exception"
+	CodeEventEnd       = "end"
+)
+
+// CodeEvent is one line of a code execution stream: stdout and stderr
+// (Text), result (Result, whose fields are E2B's: text, html, markdown,
+// png, jpeg, svg, pdf, latex, json, javascript, data, chart, extra; Main
+// for the value of the last expression), exception (the code raised), end
+// (always last after a started execution) and error (the stream failed;
+// no end follows).
+type CodeEvent struct {
+	Type      string         `json:"type"`
+	Text      string         `json:"text,omitempty"`
+	Result    map[string]any `json:"result,omitempty"`
+	Main      bool           `json:"main,omitempty"`
+	Exception *CodeException `json:"exception,omitempty"`
+	// End fields.
+	ExecutionCount  int   `json:"execution_count,omitempty"`
+	TimedOut        bool  `json:"timed_out,omitempty"`
+	OutputTruncated bool  `json:"output_truncated,omitempty"`
+	OutputDiscarded int64 `json:"output_discarded,omitempty"`
+	// Error is set on "error".
+	Error *wire.ErrorDetail `json:"error,omitempty"`
+}
+
+// CodeException is an error the executed code raised (or a kernel that
+// died: DeadKernelError).
+type CodeException struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// CodeContextRequest is the body of POST /v1/sandboxes/{id}/code/contexts.
+type CodeContextRequest struct {
+	Language string `json:"language,omitempty"`
+	Cwd      string `json:"cwd,omitempty"`
 }
