@@ -36,17 +36,17 @@ type CodeOptions struct {
 // expression (IsMain) or a display (a chart, an image, a table). Each
 // field is one representation; those the result does not have are empty.
 type Result struct {
-	IsMain     bool           `json:"-"`
-	Text       string         `json:"text,omitempty"`
-	HTML       string         `json:"html,omitempty"`
-	Markdown   string         `json:"markdown,omitempty"`
-	SVG        string         `json:"svg,omitempty"`
-	PNG        string         `json:"png,omitempty"` // base64
-	JPEG       string         `json:"jpeg,omitempty"`
-	PDF        string         `json:"pdf,omitempty"`
-	LaTeX      string         `json:"latex,omitempty"`
-	JSON       any            `json:"json,omitempty"`
-	JavaScript string         `json:"javascript,omitempty"`
+	IsMain     bool   `json:"-"`
+	Text       string `json:"text,omitempty"`
+	HTML       string `json:"html,omitempty"`
+	Markdown   string `json:"markdown,omitempty"`
+	SVG        string `json:"svg,omitempty"`
+	PNG        string `json:"png,omitempty"` // base64
+	JPEG       string `json:"jpeg,omitempty"`
+	PDF        string `json:"pdf,omitempty"`
+	LaTeX      string `json:"latex,omitempty"`
+	JSON       any    `json:"json,omitempty"`
+	JavaScript string `json:"javascript,omitempty"`
 	// Data is a data frame as its columns (name -> values).
 	Data map[string]any `json:"data,omitempty"`
 	// Chart is a matplotlib figure's structure: type (line, scatter, bar,

@@ -237,12 +237,22 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// codeInterpreterAlias is the template @e2b/code-interpreter creates
+// sandboxes from by default; without a tag or template of that name, it
+// means Corral's code-interpreter template.
+const codeInterpreterAlias, codeInterpreterTemplate = "code-interpreter-v1", "code-interpreter"
+
 // resolveTemplate is the Corral template that an E2B template reference
 // ("name[:tag]", or a Corral template's own name) means.
 func (s *Server) resolveTemplate(ref string) string {
 	if s.tags != nil {
 		if b, ok := s.tags.resolve(ref); ok {
 			return b
+		}
+	}
+	if ref == codeInterpreterAlias {
+		if _, err := s.m.Template(ref); err != nil {
+			return codeInterpreterTemplate
 		}
 	}
 	return ref

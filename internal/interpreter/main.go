@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,7 @@ func Main(args []string) int {
 	cwd := fs.String("cwd", "", "working directory of contexts that name none (default: the user's home, else /)")
 	defaults := fs.String("defaults", "python,javascript", "languages whose default contexts start at once, comma-separated")
 	maxOutput := fs.Int64("max-output", DefaultMaxOutput, "stdout and stderr bytes one execution may send")
+	benchBare := fs.Int("bench-bare", 0, "instead of serving: time this many `1+1` round trips straight to a new Python kernel and print their median in microseconds (the peer of the service's own latency)")
 	var tools Tools
 	fs.StringVar(&tools.Python, "python", "python3", "Python interpreter with ipykernel")
 	fs.StringVar(&tools.Node, "node", "node", "Node.js")
@@ -46,6 +48,9 @@ func Main(args []string) int {
 	}
 	defer cleanup()
 	opts.MaxOutput, opts.Log = *maxOutput, log
+	if *benchBare > 0 {
+		return benchBareKernel(opts, *benchBare)
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Error("code interpreter start-up failed", "error", err)
@@ -138,4 +143,30 @@ func setEnv(env []string, key, value string) []string {
 		}
 	}
 	return append(out, key+"="+value)
+}
+
+// benchBareKernel prints the median of n `1+1` executions on a Python
+// kernel of its own, through the same Jupyter client the contexts use but
+// without HTTP or a context.
+func benchBareKernel(opts Options, n int) int {
+	ctx := context.Background()
+	k, err := startKernel(ctx, kernelConfig{language: LangPython, cwd: opts.Cwd, env: opts.Env, dir: opts.Dir, cred: opts.Cred, tools: opts.Tools})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the kernel:", err)
+		return 1
+	}
+	defer k.kill()
+	times := make([]time.Duration, 0, n)
+	for range n {
+		begin := time.Now()
+		var text any
+		if _, err := k.run(ctx, "1+1", nil, func(e Event) { text = e.Result["text"] }); err != nil || text != "2" {
+			fmt.Fprintln(os.Stderr, "1+1:", text, err)
+			return 1
+		}
+		times = append(times, time.Since(begin))
+	}
+	slices.Sort(times)
+	fmt.Println(times[len(times)/2].Microseconds())
+	return 0
 }

@@ -47,3 +47,18 @@ func testSDK(t *testing.T, runtime string) {
 		}
 	}
 }
+
+// TestCodeInterpreter runs @e2b/code-interpreter (code.mjs) against
+// sandboxes of the code-interpreter template, which Sandbox.create picks
+// by the SDK's default name (code-interpreter-v1), on runc and gVisor.
+func TestCodeInterpreter(t *testing.T) {
+	for _, runtime := range []string{"runc", "gvisor"} {
+		t.Run(runtime, func(t *testing.T) {
+			h := startHarness(t, runtime)
+			h.CodeInterpreterTemplate("code-interpreter")
+			if out := h.node(t, "code.mjs"); !strings.Contains(out, "ok code") {
+				t.Fatalf("code.mjs did not finish: %s", out)
+			}
+		})
+	}
+}

@@ -26,6 +26,10 @@ import (
 // against; CORRAL_E2B_SDK_VERSION overrides it (e.g. "latest").
 const sdkVersion = "2.51.0"
 
+// codeInterpreterVersion is the @e2b/code-interpreter npm package
+// installed beside it.
+const codeInterpreterVersion = "2.8.0"
+
 // harness is a daemon with the E2B facade, and the e2b SDK installed.
 type harness struct {
 	*daemontest.Daemon
@@ -72,9 +76,9 @@ func installSDK(t *testing.T) string {
 	if v := os.Getenv("CORRAL_E2B_SDK_VERSION"); v != "" {
 		version = v
 	}
-	dir := filepath.Join(os.TempDir(), "corral-e2bcompat-npm", "e2b-"+version)
+	dir := filepath.Join(os.TempDir(), "corral-e2bcompat-npm", "e2b-"+version+"-ci-"+codeInterpreterVersion)
 	if version != "latest" {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json")); err == nil {
 			return dir
 		}
 	}
@@ -91,10 +95,11 @@ func installSDK(t *testing.T) string {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+version)
+	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "e2b@"+version,
+		"@e2b/code-interpreter@"+codeInterpreterVersion)
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install e2b@%s: %v\n%s", version, err, out)
+		t.Fatalf("npm install e2b@%s @e2b/code-interpreter@%s: %v\n%s", version, codeInterpreterVersion, err, out)
 	}
 	os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {

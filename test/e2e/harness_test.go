@@ -71,6 +71,14 @@ func (d *daemon) corral(args ...string) (string, string, int) {
 	return stdout.String(), stderr.String(), code
 }
 
+// corralCmd is the CLI command for args against the daemon, to run with
+// input or output of the test's choosing.
+func (d *daemon) corralCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(d.Bin, args...)
+	cmd.Env = append(os.Environ(), "CORRAL_HOST=unix://"+d.Socket)
+	return cmd
+}
+
 func (d *daemon) create(t testing.TB, opts corral.CreateOptions) *corral.Sandbox {
 	t.Helper()
 	if opts.Template == "" && opts.FromSnapshot == "" {
