@@ -39,6 +39,8 @@ func TestSDKImportsNothingInternal(t *testing.T) {
 
 // agentInternal lists the internal packages the guest agent may link: the
 // agent runs inside every sandbox, so it carries nothing of the daemon.
+// The code interpreter service is the agent binary's "interpreter"
+// command (the code-interpreter template's start command).
 var agentInternal = map[string]bool{
 	"errdefs":      true,
 	"agentdialout": true,
@@ -46,6 +48,7 @@ var agentInternal = map[string]bool{
 	"untar":        true,
 	"wire":         true,
 	"agentserver":  true,
+	"interpreter":  true,
 }
 
 // agentForbidden names module path prefixes the agent must never link:
