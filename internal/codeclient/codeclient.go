@@ -42,20 +42,31 @@ type Client struct {
 	hc *http.Client
 }
 
+// AddrDialer turns dial into an http.Transport's DialContext for URLs
+// whose host is "<sandbox id>:<port>".
+func AddrDialer(dial Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, _, addr string) (net.Conn, error) {
+		id, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, err
+		}
+		return dial(ctx, id, n)
+	}
+}
+
 // New returns a client that reaches sandboxes with dial.
 func New(dial Dialer) *Client {
+	byAddr := AddrDialer(dial)
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			id, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			n, err := strconv.Atoi(port)
-			if err != nil {
-				return nil, err
-			}
-			c, err := dial(ctx, id, n)
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := byAddr(ctx, network, addr)
 			if errdefs.Code(err) == errdefs.CodeUnavailable {
+				id, _, _ := net.SplitHostPort(addr)
+				n := interpreter.Port
 				return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition,
 					"sandbox %s runs no code interpreter on port %d: create it from a template whose service is the code interpreter (`corral template build NAME --recipe code-interpreter`)", id, n)
 			}

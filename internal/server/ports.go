@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralrun/corral/internal/codeclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 )
@@ -38,17 +38,7 @@ type PortProxy struct {
 // (wire.Redact).
 func NewPortProxy(m *sandbox.Manager, writeError func(http.ResponseWriter, *http.Request, error)) *PortProxy {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			id, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			n, err := strconv.Atoi(port)
-			if err != nil {
-				return nil, err
-			}
-			return m.DialPort(ctx, id, n)
-		},
+		DialContext:         codeclient.AddrDialer(m.DialPort),
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 	}
