@@ -216,6 +216,11 @@ func (s *Server) info(sb sandbox.Sandbox, token, detail bool) sandboxInfo {
 	out := sandboxInfo{TemplateID: sb.Template, Alias: sb.Template, SandboxID: sb.ID, ClientID: "corral", EnvdVersion: envdVersion}
 	if token {
 		out.EnvdAccessToken = s.accessToken(sb.ID)
+		// The same token opens the sandbox's other ports (servePort):
+		// clients such as @e2b/code-interpreter send it on every call as
+		// E2B-Traffic-Access-Token, and only some calls carry the envd one.
+		tok := out.EnvdAccessToken
+		out.TrafficAccessToken = &tok
 		if s.cfg.Domain != "" {
 			d := s.cfg.Domain
 			out.Domain = &d
