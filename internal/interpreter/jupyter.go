@@ -68,6 +68,10 @@ type connInfo struct {
 	Scheme    string `json:"signature_scheme"`
 }
 
+// idleAfterReply is how long an execution waits for the kernel's idle
+// status after its reply and its last output.
+const idleAfterReply = 3 * time.Second
+
 // kernelStartTimeout bounds the start of a kernel process up to its first
 // answer.
 const kernelStartTimeout = 60 * time.Second
@@ -296,12 +300,20 @@ func (k *jupyterKernel) execute(ctx context.Context, code string, silent bool, e
 		count         int
 		cancel        = ctx.Done()
 		grace         <-chan time.Time
+		// afterReply bounds the wait for "idle" once the reply is in and
+		// IOPub has gone quiet: the kernel's PUB socket drops messages for
+		// a subscriber that falls too far behind, and a lost idle must not
+		// hold the context.
+		afterReply <-chan time.Time
 	)
 	for !(idle && replied) {
 		select {
 		case m := <-k.iopubIn:
 			if m.Parent.MsgID != id {
 				continue
+			}
+			if replied {
+				afterReply = time.After(idleAfterReply)
 			}
 			switch m.Header.MsgType {
 			case "status":
@@ -324,6 +336,9 @@ func (k *jupyterKernel) execute(ctx context.Context, code string, silent bool, e
 			}
 			json.Unmarshal(m.Content, &c)
 			count, replied = c.Count, true
+			afterReply = time.After(idleAfterReply)
+		case <-afterReply:
+			idle = true
 		case <-cancel:
 			cancel = nil
 			k.signal(syscall.SIGINT)

@@ -107,16 +107,31 @@ async function execute(req) {
     interrupt = null;
     restoreEnv(saved);
   }
-  fs.writeSync(1, mark);
-  fs.writeSync(2, mark);
+  // Through the streams, after what the code wrote to them, and only once
+  // it has all reached the pipes.
+  await flushed(process.stdout, mark);
+  await flushed(process.stderr, mark);
   emit({ type: 'done', execution_count: count });
+}
+
+function flushed(stream, data) {
+  return new Promise((resolve) => stream.write(data, () => resolve()));
 }
 
 (async () => {
   const lines = readline.createInterface({ input: fs.createReadStream(null, { fd: 3 }), crlfDelay: Infinity });
   emit({ type: 'ready' });
   for await (const line of lines) {
-    await execute(JSON.parse(line));
+    try {
+      await execute(JSON.parse(line));
+    } catch (err) {
+      // The kernel must keep answering; the service sees the execution
+      // end without a result.
+      process.stderr.write(String(err && err.stack ? err.stack : err) + '\n');
+      await flushed(process.stdout, mark);
+      await flushed(process.stderr, mark);
+      emit({ type: 'done', execution_count: count });
+    }
   }
   process.exit(0);
 })();

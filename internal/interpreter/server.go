@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/wire"
@@ -150,6 +151,7 @@ func (s *Server) Close() {
 		all = append(all, c)
 	}
 	s.contexts = map[string]*codeContext{}
+	s.defaults = map[string]string{}
 	s.mu.Unlock()
 	for _, c := range all {
 		c.kill(errors.New("the service stopped"))
@@ -340,6 +342,9 @@ func (l *limiter) emit(e Event) {
 		l.send(e)
 	default:
 		keep := l.max - l.sent
+		for keep > 0 && !utf8.RuneStart(e.Text[keep]) {
+			keep--
+		}
 		l.dropped = n - keep
 		l.sent = l.max
 		e.Text = e.Text[:keep] + fmt.Sprintf("\n[output truncated: the execution wrote more than %d bytes]\n", l.max)
@@ -472,6 +477,8 @@ func (s *Server) restart(ctx context.Context, c *codeContext) error {
 	c.kill(errors.New("the context is restarting"))
 	c.run.Lock()
 	defer c.run.Unlock()
+	// A restart that ran meanwhile left a kernel of its own.
+	c.kill(errors.New("the context is restarting"))
 	k, err := startKernel(ctx, s.kernelConfig(c.Language, c.Cwd))
 	if err != nil {
 		return fmt.Errorf("restarting context %s: %w", c.ID, err)
@@ -511,8 +518,7 @@ func (s *Server) context(id string) (*codeContext, error) {
 // there is none. Concurrent first uses start one.
 func (s *Server) defaultContext(ctx context.Context, lang string) (*codeContext, error) {
 	s.mu.Lock()
-	if id, ok := s.defaults[lang]; ok {
-		c := s.contexts[id]
+	if c, ok := s.contexts[s.defaults[lang]]; ok {
 		s.mu.Unlock()
 		return c, nil
 	}
@@ -537,9 +543,9 @@ func (s *Server) newContext(ctx context.Context, lang, cwd string, asDefault boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if asDefault {
-		if id, ok := s.defaults[lang]; ok {
+		if c, ok := s.contexts[s.defaults[lang]]; ok {
 			k.kill()
-			return s.contexts[id], nil
+			return c, nil
 		}
 		s.defaults[lang] = c.ID
 	}

@@ -3,9 +3,11 @@ package interpreter
 import (
 	"context"
 	"encoding/base64"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -301,5 +303,41 @@ func TestHealth(t *testing.T) {
 	ts := newTestServer(t, nil)
 	if st := ts.call(t, "GET", "/health", nil, nil); st != 200 {
 		t.Errorf("health: %d", st)
+	}
+}
+
+// Output larger than a pipe's buffer, characters split between reads, and
+// a cell that redirects its own shell all end where they should.
+func TestStreamKernelEdges(t *testing.T) {
+	ts := newTestServer(t, nil)
+	big := 300_000
+	if x := ts.exec(t, ExecuteRequest{Language: "javascript", Code: "console.log('x'.repeat(" + strconv.Itoa(big) + "))"}); len(x.stdout) != big+1 {
+		t.Errorf("javascript: %d bytes of stdout, want %d", len(x.stdout), big+1)
+	}
+	if x := ts.exec(t, ExecuteRequest{Language: "javascript", Code: "1"}); x.main()["text"] != "1" || x.stdout != "" {
+		t.Errorf("after a large output: %+v", x)
+	}
+	x := ts.exec(t, ExecuteRequest{Language: "bash", Code: "for i in $(seq 50000); do printf 'é'; done"})
+	if !utf8.ValidString(x.stdout) || x.stdout != strings.Repeat("é", 50000) {
+		t.Errorf("bash multi-byte output: %d bytes, valid %v", len(x.stdout), utf8.ValidString(x.stdout))
+	}
+	if x := ts.exec(t, ExecuteRequest{Language: "bash", Code: "exec >/dev/null 2>&1\necho gone", TimeoutMS: 10_000}); x.end.TimedOut {
+		t.Errorf("a cell that redirects its shell did not end: %+v", x)
+	}
+	if x := ts.exec(t, ExecuteRequest{Language: "bash", Code: "echo still", TimeoutMS: 10_000}); x.end.TimedOut || len(x.errs) != 0 {
+		t.Errorf("after the redirect: %+v", x)
+	}
+}
+
+func TestPartialRune(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"abc", 0}, {"ab\xc3", 1}, {"ab\xc3\xa9", 0}, {"\xe2\x82", 2}, {"\xe2\x82\xac", 0}, {"\xf0\x9f\x98", 3}, {"", 0},
+	} {
+		if got := partialRune([]byte(c.in)); got != c.want {
+			t.Errorf("partialRune(%q) = %d, want %d", c.in, got, c.want)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // kernelJS is the JavaScript kernel's program (kernel.js).
@@ -79,21 +80,27 @@ func startNode(ctx context.Context, cfg kernelConfig) (kernel, error) {
 // interrupt (SIGINT to the process group) ends the command running, and
 // the trap's return then leaves the sourced cell, so that the rest of the
 // cell does not run and the shell stays alive.
-const bashPrelude = "trap 'return 130' INT\n"
+//
+// The marks go to copies of the shell's stdout and stderr made before any
+// cell ran, so that a cell that redirects its shell's output (exec >file)
+// does not keep its execution from ending.
+const bashPrelude = "trap 'return 130' INT\nexec {__corral_out}>&1 {__corral_err}>&2\n"
 
 // startBash starts bash reading commands from a pipe, with fd 3 for the
 // exit status of each cell.
 func startBash(ctx context.Context, cfg kernelConfig) (kernel, error) {
 	mark := newMark()
-	dir, err := os.MkdirTemp(cfg.dir, "bash-")
+	// The cells are written by the service, which may run as root while
+	// the kernel does not: their directory is the service's own, in the
+	// system's sticky temporary directory, so that no code in a kernel can
+	// swap it or the cell for a link that root would write through.
+	dir, err := os.MkdirTemp("", "corral-cells-")
 	if err != nil {
 		return nil, err
 	}
-	if cfg.cred != nil {
-		if err := os.Chown(dir, int(cfg.cred.Uid), int(cfg.cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	cmd := exec.Command(cfg.tools.Bash, "--noprofile", "--norc")
 	k, err := startStreamKernel(ctx, cmd, cfg, mark)
@@ -193,6 +200,7 @@ func (k *streamKernel) readOutput(r *os.File, stderr bool) {
 			data = data[i+len(k.mark):]
 		}
 		hold := markPrefix(data, k.mark)
+		hold += partialRune(data[:len(data)-hold])
 		if len(data)-hold > 0 && !send(chunk{stderr: stderr, data: bytes.Clone(data[:len(data)-hold])}) {
 			return
 		}
@@ -213,6 +221,22 @@ func markPrefix(data, mark []byte) int {
 	for ; n > 0; n-- {
 		if bytes.HasSuffix(data, mark[:n]) {
 			return n
+		}
+	}
+	return 0
+}
+
+// partialRune is the length of an incomplete UTF-8 sequence at the end of
+// data, held back so that a character split between two reads reaches
+// the client whole.
+func partialRune(data []byte) int {
+	for n := 1; n <= min(3, len(data)); n++ {
+		b := data[len(data)-n]
+		if utf8.RuneStart(b) {
+			if b >= utf8.RuneSelf && !utf8.FullRune(data[len(data)-n:]) {
+				return n
+			}
+			return 0
 		}
 	}
 	return 0
@@ -317,7 +341,7 @@ func bashCommand(cell string, env map[string]string) string {
 		i++
 	}
 	return pre.String() + "source " + bashQuote(cell) + " </dev/null; __corral_s=$?; " + post.String() +
-		"printf '%s' \"$__corral_mark\"; printf '%s' \"$__corral_mark\" >&2; printf '%s\\n' \"$__corral_s\" >&3\n"
+		"printf '%s' \"$__corral_mark\" >&$__corral_out; printf '%s' \"$__corral_mark\" >&$__corral_err; printf '%s\\n' \"$__corral_s\" >&3\n"
 }
 
 // bashQuote quotes s as one bash word.
