@@ -69,8 +69,10 @@ type connInfo struct {
 }
 
 // idleAfterReply is how long an execution waits for the kernel's idle
-// status after its reply and its last output.
-const idleAfterReply = 3 * time.Second
+// status after its reply and its last output. It is long because one
+// IOPub message may carry tens of megabytes of output, which take seconds
+// to arrive and decode on a loaded machine.
+const idleAfterReply = 30 * time.Second
 
 // kernelStartTimeout bounds the start of a kernel process up to its first
 // answer.
