@@ -95,6 +95,13 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 			return err
 		}
 	}
+	// The host cgroup's CPU quota, which the boot ran without
+	// (makeCgroup), before anything the sandbox asks for runs: a new
+	// sandbox's agent starts nothing until it is asked to. Memory and
+	// pids are written again with the values they have.
+	if _, err := d.setCgroup(d.cgroup(id), spec.Resources); err != nil {
+		return err
+	}
 	d.log.Debug(doing+" sandbox", "sandbox_id", id, "pid", pid,
 		"duration_ms", time.Since(began).Milliseconds(), "runsc_ms", ran.Sub(began).Milliseconds(),
 		"agent_ms", connected.Sub(ran).Milliseconds())

@@ -43,13 +43,19 @@
 // pids.max is the requested limit times (host CPUs + 3) plus
 // Config.PidsOverhead: every guest address space is a host stub process
 // with up to GOMAXPROCS+1 threads, and a guest task blocked in a host
-// system call holds a Sentry thread. The CPU quota is the requested one.
+// system call holds a Sentry thread. The CPU quota is the requested one,
+// set once the agent has connected and before Create returns: booting
+// gVisor takes more CPU time than wall time, on several cores, and a
+// quota of a core or less would throttle it for whole CFS periods. So
+// gVisor starts without a quota to size itself by, and, as under runc, a
+// sandbox sees the host's CPUs; its quota shows in its own cgroup inside.
+// A restored sandbox runs unthrottled until its agent has reconnected.
 //
 // The requested limits are also set inside gVisor, in the sandbox's own
 // cgroup of gVisor's cgroupfs, through the agent: pids.max, which gVisor
 // enforces itself (a fork past it fails with EAGAIN, as on Linux, where a
-// full host pids limit would crash the Sentry), and memory.limit_in_bytes,
-// which programs read to size themselves. Two gVisor behaviours bound
+// full host pids limit would crash the Sentry), and memory.limit_in_bytes
+// and cpu.cfs_quota_us, which programs read to size themselves. Two gVisor behaviours bound
 // what that buys: clones racing each other
 // get past pids.max for a moment, and systrap pools the stub process of
 // every address space it ever ran at once and never frees it, so a fork

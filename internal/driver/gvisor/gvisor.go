@@ -220,9 +220,6 @@ func newDriver(cfg Config, runscPath string, v2, swap bool) *Driver {
 		// The agent dials its socket on the host (see the package
 		// documentation); the sandbox sees no other host socket.
 		"--host-uds=open",
-		// The Sentry sizes GOMAXPROCS, and so its threads and every stub
-		// process's, by the CPU quota instead of the host's CPUs.
-		"--cpu-num-from-quota",
 	}}
 	return d
 }

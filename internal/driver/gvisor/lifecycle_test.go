@@ -206,12 +206,11 @@ func TestLimitsAndUpdate(t *testing.T) {
 			t.Errorf("limits inside = %q, %v; want %q", out, err, inside)
 		}
 	}
-	// gVisor reads the CPU quota from the host cgroup at start only.
 	check(128<<20, 50000, 100, fmt.Sprintf("%d\n100\n50000\n", 128<<20))
 	if err := d.Update(ctx, id, driver.Resources{MemoryBytes: 256 << 20, MilliCPUs: 2000, Pids: 200}); err != nil {
 		t.Fatal(err)
 	}
-	check(256<<20, 200000, 200, fmt.Sprintf("%d\n200\n50000\n", 256<<20))
+	check(256<<20, 200000, 200, fmt.Sprintf("%d\n200\n200000\n", 256<<20))
 	if err := d.Update(ctx, id, driver.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, Pids: 50}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +224,46 @@ func TestLimitsAndUpdate(t *testing.T) {
 	out, err := execOnce(ctx, d, id, `i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all`)
 	if err != nil || strings.Contains(out, "spawned all") || !strings.Contains(out, "can't fork") {
 		t.Errorf("100 processes under an updated pids limit of 50: %q, %v", out, err)
+	}
+}
+
+// TestBootUnthrottled checks that a sandbox's CPU quota comes after its
+// boot: gVisor's boot takes far more than a tenth of a core, yet a
+// sandbox limited to that is never throttled until it runs something,
+// and then it is.
+func TestBootUnthrottled(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	if d.cgroupsV2 {
+		t.Skip("checks v1 cgroup files")
+	}
+	ctx := t.Context()
+	id := "slow"
+	if err := d.Create(ctx, driver.Spec{ID: id, RootFS: e.rootfs(t), Resources: driver.Resources{MilliCPUs: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Delete(context.Background(), id) })
+	cg := d.cgroup(id).Path
+	throttled := func() string {
+		for line := range strings.Lines(readCgroup(t, "cpu", cg, "cpu.stat")) {
+			if v, ok := strings.CutPrefix(line, "nr_throttled "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatal("no nr_throttled in cpu.stat")
+		return ""
+	}
+	if got := readCgroup(t, "cpu", cg, "cpu.cfs_quota_us"); got != "10000" {
+		t.Errorf("cpu.cfs_quota_us after Create = %s, want 10000", got)
+	}
+	if n := throttled(); n != "0" {
+		t.Errorf("nr_throttled after Create = %s, want 0", n)
+	}
+	if _, err := execOnce(ctx, d, id, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"); err != nil {
+		t.Fatal(err)
+	}
+	if n := throttled(); n == "0" {
+		t.Error("a busy loop under a tenth of a core was never throttled")
 	}
 }
 

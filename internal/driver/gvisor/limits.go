@@ -44,8 +44,13 @@ func hostTasksPerTask() int64 { return int64(runtime.NumCPU()) + 3 }
 // the spec.
 var controllers = []string{"memory", "cpu", "pids"}
 
-// makeCgroup creates sandbox id's host cgroup with the limits for r, so
-// that runsc finds it and uses it as it is.
+// makeCgroup creates sandbox id's host cgroup with the limits for r but
+// no CPU quota, so that runsc finds it and uses it as it is. The quota
+// comes once the sandbox has started (see start): booting gVisor takes
+// more CPU time than its wall time on more than one core, and under a
+// quota of one core or less the kernel would throttle the boot for whole
+// CFS periods. The boot is gVisor's work, not the sandbox's; memory and
+// pids are limited from the first moment.
 func (d *Driver) makeCgroup(id string, r driver.Resources) error {
 	cg := d.cgroup(id)
 	if cg.V2 {
@@ -63,7 +68,9 @@ func (d *Driver) makeCgroup(id string, r driver.Resources) error {
 			return err
 		}
 	}
-	_, err := d.setCgroup(cg, r)
+	boot := d.hostLimits(r)
+	boot.CPUQuota = 0
+	_, err := cg.SetLimits(boot, d.host.SwapAccounting)
 	return err
 }
 
@@ -105,12 +112,15 @@ const innerCgroup = "/sys/fs/cgroup"
 // memory.limit_in_bytes (PAGE_COUNTER_MAX pages).
 const innerUnlimited = "9223372036854771712"
 
-// innerLimitFiles are the files inside gVisor that hold r's pids and
-// memory limits, with their values: gVisor enforces pids.max itself (a
+// innerLimitFiles are the files inside gVisor that hold r's pids, memory
+// and CPU limits, with their values: gVisor enforces pids.max itself (a
 // fork past it fails with EAGAIN, where a full host pids limit crashes
-// the Sentry), and memory.limit_in_bytes is what programs read to size
-// themselves. Zero fields are left out unless lift is set, when they are
-// written as unlimited.
+// the Sentry), and memory.limit_in_bytes and cpu.cfs_quota_us are what
+// programs read to size themselves (the host cgroup enforces both).
+// gVisor would show the host's CPU quota of the moment it started, which
+// a sandbox starts without (makeCgroup), so it is written here too. Zero
+// fields are left out unless lift is set, when they are written as
+// unlimited.
 func innerLimitFiles(r driver.Resources, lift bool) [][2]string {
 	var files [][2]string
 	if r.Pids > 0 || lift {
@@ -126,6 +136,13 @@ func innerLimitFiles(r driver.Resources, lift bool) [][2]string {
 			v = strconv.FormatInt(r.MemoryBytes, 10)
 		}
 		files = append(files, [2]string{path.Join(innerCgroup, "memory", "memory.limit_in_bytes"), v})
+	}
+	if r.MilliCPUs > 0 || lift {
+		v := "-1"
+		if q := ocirt.LimitsOf(r).CPUQuota; q > 0 {
+			v = strconv.FormatInt(q, 10)
+		}
+		files = append(files, [2]string{path.Join(innerCgroup, "cpu", "cpu.cfs_quota_us"), v})
 	}
 	return files
 }
