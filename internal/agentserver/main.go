@@ -24,6 +24,7 @@ import (
 // 2 for bad flags. It follows the start-up contract in the package
 // documentation and logs to stderr, which may be a plain file.
 func Main(args []string) int {
+	st := startTimes{began: time.Now()}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := parseFlags(args)
 	if err != nil {
@@ -38,15 +39,32 @@ func Main(args []string) int {
 	ready := newReadyPipe(cfg.readyFD, log)
 	asInit := os.Getpid() == 1
 	srv, ln, err := startUp(cfg, asInit, log)
+	st.setUp = time.Since(st.began)
 	if err != nil {
 		log.Error("agent start-up failed", "error", err)
 		ready.report("error: " + err.Error() + "\n")
 		return 1
 	}
 	if cfg.dial != "" {
-		return serveDialMode(cfg.dial, srv, log, ready.report, asInit)
+		return serveDialMode(cfg.dial, srv, log, ready.report, asInit, st)
 	}
-	return serveListener(ln, srv, log, ready.report, asInit)
+	return serveListener(ln, srv, log, ready.report, asInit, st)
+}
+
+// startTimes are the moments of the agent's start-up that its "agent
+// ready" log line reports, to tell the agent's own start from the
+// runtime's and the driver's in a sandbox's start.
+type startTimes struct {
+	began time.Time     // Main was called
+	setUp time.Duration // from began until startUp returned
+}
+
+// attrs are the log attributes of st at readiness: set_up_ms (rlimits,
+// confinement, the server) and ready_ms (until the first request can
+// arrive).
+func (st startTimes) attrs() []any {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return []any{"set_up_ms", ms(st.setUp), "ready_ms", ms(time.Since(st.began))}
 }
 
 // readyPipe holds the write end of the ready pipe (--ready-fd; f is nil
@@ -117,7 +135,7 @@ func startUp(cfg agentFlags, asInit bool, log *slog.Logger) (*Server, net.Listen
 // serveListener serves srv on ln until SIGTERM or SIGINT, or until serving
 // fails, and returns the exit code. Serving begins before it reports
 // ready, so the first request finds a server.
-func serveListener(ln net.Listener, srv *Server, log *slog.Logger, report func(string), asInit bool) int {
+func serveListener(ln net.Listener, srv *Server, log *slog.Logger, report func(string), asInit bool, st startTimes) int {
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -133,7 +151,7 @@ func serveListener(ln net.Listener, srv *Server, log *slog.Logger, report func(s
 	// formatting code and writes the log file for the first time, and the
 	// create waits for ready, not for the log.
 	report("ok\n")
-	log.Info("agent ready", "pid", os.Getpid(), "init", asInit)
+	log.Info("agent ready", append([]any{"pid", os.Getpid(), "init", asInit}, st.attrs()...)...)
 
 	code := 0
 	select {
@@ -153,7 +171,7 @@ func serveListener(ln net.Listener, srv *Server, log *slog.Logger, report func(s
 
 // serveDialMode serves srv over connections the agent dials to path until
 // SIGTERM or SIGINT. The first successful dial is the agent's readiness.
-func serveDialMode(path string, srv *Server, log *slog.Logger, report func(string), asInit bool) int {
+func serveDialMode(path string, srv *Server, log *slog.Logger, report func(string), asInit bool, st startTimes) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	redial := make(chan os.Signal, 1)
@@ -163,10 +181,11 @@ func serveDialMode(path string, srv *Server, log *slog.Logger, report func(strin
 	err := ServeDialing(ctx, path, srv.Handler(), log, func() {
 		once.Do(func() {
 			report("ok\n")
+			attrs := append([]any{"pid", os.Getpid(), "init", asInit, "dial", path}, st.attrs()...)
 			// Beside the serving, not before it: in gVisor the agent's
 			// first log line formats a time for the first time, which
 			// loads the time zone, and serving must not wait for that.
-			go log.Info("agent ready", "pid", os.Getpid(), "init", asInit, "dial", path)
+			go log.Info("agent ready", attrs...)
 		})
 	}, redial)
 	srv.Close()

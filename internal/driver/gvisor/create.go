@@ -80,6 +80,7 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 	// runsc is killed, at StartTimeout; destroy then cleans up.
 	runCtx, cancelRun := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StartTimeout)
 	defer cancelRun()
+	bundled := time.Now()
 	pid, err := d.run(runCtx, id, dir, image, spec.Network != nil)
 	if err != nil {
 		return err
@@ -103,8 +104,8 @@ func (d *Driver) start(ctx context.Context, spec driver.Spec, image string) (err
 		return err
 	}
 	d.log.Debug(doing+" sandbox", "sandbox_id", id, "pid", pid,
-		"duration_ms", time.Since(began).Milliseconds(), "runsc_ms", ran.Sub(began).Milliseconds(),
-		"agent_ms", connected.Sub(ran).Milliseconds())
+		"duration_ms", time.Since(began).Milliseconds(), "bundle_ms", bundled.Sub(began).Milliseconds(),
+		"runsc_ms", ran.Sub(bundled).Milliseconds(), "agent_ms", connected.Sub(ran).Milliseconds())
 	return nil
 }
 
