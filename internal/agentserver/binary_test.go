@@ -218,10 +218,14 @@ func TestAgentBinarySeccomp(t *testing.T) {
 	if err := os.WriteFile(file, []byte(seccomp.Encode(prog)), 0o444); err != nil {
 		t.Fatal(err)
 	}
+	// Or in an environment variable (gVisor), which the agent reads once.
+	t.Setenv("CORRAL_TEST_SECCOMP", seccomp.Encode(prog))
+	t.Setenv("CORRAL_TEST_SECCOMP_BAD", "not base64!")
 	inBothModes(t, func(t *testing.T, oneThread bool, args []string) {
 		for _, bad := range []string{
 			"--seccomp=not base64!", "--seccomp=" + seccomp.Encode(prog[:3]),
 			"--seccomp-file=" + file + ".missing", "--seccomp-file=" + filepath.Dir(file),
+			"--seccomp-env=CORRAL_TEST_SECCOMP_BAD",
 		} {
 			p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, bad)...)
 			if !strings.HasPrefix(p.ready, "error: ") {
@@ -231,7 +235,7 @@ func TestAgentBinarySeccomp(t *testing.T) {
 				t.Errorf("%.40q: exit code %d, want 1", bad, code)
 			}
 		}
-		for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file} {
+		for _, arg := range []string{"--seccomp=" + seccomp.Encode(prog), "--seccomp-file=" + file, "--seccomp-env=CORRAL_TEST_SECCOMP"} {
 			t.Run(strings.SplitN(arg, "=", 2)[0], func(t *testing.T) { testAgentSeccomp(t, oneThread, append(args, arg)...) })
 		}
 	})
@@ -292,14 +296,19 @@ func testAgentSeccomp(t *testing.T, oneThread bool, args ...string) {
 	}
 }
 
-// With --limits the agent writes each FILE=VALUE line of the file before
-// it reports ready; a file it cannot read or write, or a malformed line,
-// stops the start-up. With --spawn-thread the spawner's thread writes them.
+// With --limits the agent writes each FILE=VALUE line of the file (or,
+// with --limits-env, of the environment variable) before it reports
+// ready; a file it cannot read or write, or a malformed line, stops the
+// start-up. With --spawn-thread the spawner's thread writes them.
 func TestAgentBinaryLimits(t *testing.T) {
-	inBothModes(t, func(t *testing.T, _ bool, args []string) { testAgentLimits(t, args) })
+	for _, inEnv := range []bool{false, true} {
+		t.Run(map[bool]string{false: "file", true: "env"}[inEnv], func(t *testing.T) {
+			inBothModes(t, func(t *testing.T, _ bool, args []string) { testAgentLimits(t, args, inEnv) })
+		})
+	}
 }
 
-func testAgentLimits(t *testing.T, args []string) {
+func testAgentLimits(t *testing.T, args []string, inEnv bool) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "pids.max"), filepath.Join(dir, "memory.limit_in_bytes")
 	for _, f := range []string{a, b} {
@@ -310,6 +319,11 @@ func testAgentLimits(t *testing.T, args []string) {
 	n := 0
 	limits := func(content string) string {
 		n++
+		if inEnv {
+			name := "CORRAL_TEST_LIMITS_" + strconv.Itoa(n)
+			t.Setenv(name, content)
+			return "--limits-env=" + name
+		}
 		f := filepath.Join(dir, "limits"+strconv.Itoa(n))
 		if err := os.WriteFile(f, []byte(content), 0o444); err != nil {
 			t.Fatal(err)
@@ -327,12 +341,15 @@ func testAgentLimits(t *testing.T, args []string) {
 	}
 	p.stop(t)
 
-	for name, arg := range map[string]string{
+	bad := map[string]string{
 		"unwritable file": limits(filepath.Join(dir, "no", "such") + "=1\n"),
 		"relative file":   limits("pids.max=1\n"),
 		"no value":        limits(a + "\n"),
-		"no limits file":  "--limits=" + filepath.Join(dir, "missing"),
-	} {
+	}
+	if !inEnv {
+		bad["no limits file"] = "--limits=" + filepath.Join(dir, "missing")
+	}
+	for name, arg := range bad {
 		p := startAgentBinary(t, testutil.AgentBinary(t), nil, append(args, arg)...)
 		if !strings.HasPrefix(p.ready, "error: ") {
 			t.Errorf("%s: ready fd said %q, want an error", name, p.ready)

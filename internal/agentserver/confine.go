@@ -12,10 +12,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// confine makes the agent not dumpable, installs the seccomp program the
-// driver passed, in filter or in the file filterFile (--seccomp,
-// --seccomp-file), then writes the limits in the file limits (--limits);
-// empty ones are left out. None of the sandbox's processes ever runs
+// confinement is what confine puts in place: a seccomp program (base64),
+// given in filter or read from the file filterFile, and FILE=VALUE lines
+// of limits, given in limits or read from the file limitsFile. Empty ones
+// are left out.
+type confinement struct {
+	filter, filterFile string
+	limits, limitsFile string
+	oneThread          bool
+}
+
+// confinementOf is the confinement that flags f ask for. A program or
+// limits passed in the environment (--seccomp-env, --limits-env) are
+// taken out of it, so that nothing the agent runs later sees them.
+func confinementOf(f agentFlags) confinement {
+	c := confinement{filter: f.filter, filterFile: f.filterFile, limitsFile: f.limits, oneThread: f.oneThread}
+	if f.filterEnv != "" {
+		c.filter = takeEnv(f.filterEnv)
+	}
+	if f.limitsEnv != "" {
+		c.limits = takeEnv(f.limitsEnv)
+	}
+	return c
+}
+
+// takeEnv returns the value of the environment variable name and removes
+// the variable.
+func takeEnv(name string) string {
+	v := os.Getenv(name)
+	os.Unsetenv(name)
+	return v
+}
+
+// confine makes the agent not dumpable, installs c's seccomp program,
+// then writes c's limits. None of the sandbox's processes ever runs
 // without the filter or the limits.
 //
 // confine returns at once, and the work goes on beside the caller's:
@@ -23,13 +53,13 @@ import (
 // serves or starts anything. By default the filter goes on every thread of
 // the agent (TSYNC), threads made later inherit it, and the filter is
 // installed and limits written while the caller builds its server, so
-// that neither waits for the other. With oneThread (--spawn-thread) confine
-// starts a spawner instead, whose first thread installs the filter on
-// itself alone, writes the limits, and then starts processes (with threads
-// it adds as needed, each filtered first). gVisor sandboxes use it (see
-// spawner for why); under runc it would only add a thread switch to every
-// exec.
-func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger) (spawn *spawner, confined func() error, err error) {
+// that neither waits for the other. With c.oneThread (--spawn-thread)
+// confine starts a spawner instead, whose first thread installs the filter
+// on itself alone, writes the limits, and then starts processes (with
+// threads it adds as needed, each filtered first). gVisor sandboxes use it
+// (see spawner for why); under runc it would only add a thread switch to
+// every exec.
+func confine(c confinement, log *slog.Logger) (spawn *spawner, confined func() error, err error) {
 	// Not dumpable: the sandbox's processes, which run as the agent's user
 	// (or, without user namespaces, as a root that may override file
 	// modes), cannot open the agent's descriptors through /proc/1/fd, such
@@ -41,8 +71,9 @@ func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger
 	}
 	var prog []unix.SockFilter
 	setup := func(install func([]unix.SockFilter) error) error {
-		if filterFile != "" {
-			b, err := os.ReadFile(filterFile)
+		filter := c.filter
+		if c.filterFile != "" {
+			b, err := os.ReadFile(c.filterFile)
 			if err != nil {
 				return err
 			}
@@ -57,12 +88,17 @@ func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger
 				return err
 			}
 		}
-		if limits != "" {
-			return writeLimits(limits)
+		limits := c.limits
+		if c.limitsFile != "" {
+			b, err := os.ReadFile(c.limitsFile)
+			if err != nil {
+				return fmt.Errorf("reading limits: %w", err)
+			}
+			limits = string(b)
 		}
-		return nil
+		return writeLimits(limits)
 	}
-	if oneThread {
+	if c.oneThread {
 		// Threads added later install the program the first decoded,
 		// which setup has done before any start can add one.
 		more := func() error {
@@ -82,13 +118,10 @@ func confine(filter, filterFile, limits string, oneThread bool, log *slog.Logger
 	return nil, func() error { return <-done }, nil
 }
 
-// writeLimits writes each FILE=VALUE line of the file path (--limits).
-func writeLimits(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("reading limits: %w", err)
-	}
-	for line := range strings.Lines(string(b)) {
+// writeLimits writes each FILE=VALUE line of limits (--limits,
+// --limits-env).
+func writeLimits(limits string) error {
+	for line := range strings.Lines(limits) {
 		line = strings.TrimSuffix(line, "\n")
 		if line == "" {
 			continue

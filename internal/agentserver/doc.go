@@ -19,8 +19,8 @@
 // and dials again at once.
 //
 // Before it reports ready the agent installs the seccomp program of
-// --seccomp or --seccomp-file, on all its threads, and writes the limits
-// of --limits. With --spawn-thread (gVisor) one locked thread takes the
+// --seccomp, --seccomp-file or --seccomp-env, on all its threads, and
+// writes the limits of --limits or --limits-env. With --spawn-thread (gVisor) one locked thread takes the
 // filter and writes the limits instead, and starts every process, with
 // more such threads when starts come at once (spawner).
 //

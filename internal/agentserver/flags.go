@@ -13,8 +13,10 @@ type agentFlags struct {
 	dial       string
 	filter     string
 	filterFile string
+	filterEnv  string
 	oneThread  bool
 	limits     string
+	limitsEnv  string
 	rlimits    []rlimit
 }
 
@@ -29,8 +31,10 @@ func parseFlags(args []string) (agentFlags, error) {
 	fl.StringVar(&f.dial, "dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
 	fl.StringVar(&f.filter, "seccomp", "", "seccomp `program` (base64) to install on the agent, or with --spawn-thread on the thread that starts processes, and so on everything it starts, before it serves")
 	fl.StringVar(&f.filterFile, "seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
+	fl.StringVar(&f.filterEnv, "seccomp-env", "", "environment `variable` holding the program of --seccomp, which the agent then removes from its environment: an argv that does not change, at no file read")
 	fl.BoolVar(&f.oneThread, "spawn-thread", false, "start every process from one thread that alone carries the --seccomp filter, instead of filtering every thread (gVisor, where a filter costs per thread)")
 	fl.StringVar(&f.limits, "limits", "", "`file` of FILE=VALUE lines, each a file to write before serving, such as a cgroup limit inside gVisor")
+	fl.StringVar(&f.limitsEnv, "limits-env", "", "environment `variable` holding the lines of --limits, which the agent then removes from its environment")
 	fl.Func("rlimit", "`RLIMIT_NAME=VALUE`: lower that resource limit, soft and hard, before serving, for every process the agent starts (repeatable)", func(s string) error {
 		r, err := parseRlimit(s)
 		f.rlimits = append(f.rlimits, r)

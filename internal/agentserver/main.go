@@ -106,7 +106,7 @@ func startUp(cfg agentFlags, asInit bool, log *slog.Logger) (*Server, net.Listen
 			return nil, nil, err
 		}
 	}
-	spawn, confined, err := confine(cfg.filter, cfg.filterFile, cfg.limits, cfg.oneThread, log)
+	spawn, confined, err := confine(confinementOf(cfg), log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -125,7 +125,7 @@ func (d *Driver) removeBox(id string) error {
 			return fmt.Errorf("unmounting %s: %w", p, err)
 		}
 	}
-	entries := append([]string{filepath.Join(runDir, socketFile), filepath.Join(runDir, limitsFile), filepath.Join(runDir, seccompFile), runDir}, boxMounts...)
+	entries := append([]string{filepath.Join(runDir, socketFile), filepath.Join(runDir, oldLimitsFile), filepath.Join(runDir, oldSeccompFile), runDir}, boxMounts...)
 	for _, name := range append(entries, "") {
 		if err := os.Remove(filepath.Join(box, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing sandbox box: %w", err)

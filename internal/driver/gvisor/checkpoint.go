@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 
@@ -108,15 +109,15 @@ func (d *Driver) recordArgs(id, dir string) error {
 
 // checkpointedArgs returns the agent's argv that the checkpoint image in
 // dir was taken with, given args, the argv of a new sandbox. An image
-// records it (argsFile); one from before the record is also from before
-// spawnThreadFlag and has args without that flag. A recorded argv must be
-// one of those two: an image cannot make the sandbox's init anything but
-// an agent this driver starts.
+// records it (argsFile); one from before the record has the argv of an
+// agent from before spawnThreadFlag (earlierArgs). A recorded argv must be
+// one this driver has started: an image cannot make the sandbox's init
+// anything but an agent.
 func checkpointedArgs(dir string, args []string) ([]string, error) {
-	legacy := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == spawnThreadFlag })
+	files, first := earlierArgs(args)
 	b, err := os.ReadFile(filepath.Join(dir, argsFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return legacy, nil
+		return first, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the checkpoint's agent command line: %w", err)
@@ -125,12 +126,31 @@ func checkpointedArgs(dir string, args []string) ([]string, error) {
 	if err := json.Unmarshal(b, &recorded); err != nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image: bad agent command line in %s: %v", argsFile, err)
 	}
-	if !slices.Equal(recorded, args) && !slices.Equal(recorded, legacy) {
+	if !slices.Equal(recorded, args) && !slices.Equal(recorded, files) && !slices.Equal(recorded, first) {
 		// The command line names host paths (the agent binary), so the
 		// message does not quote it.
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "checkpoint image: taken with an agent command line that this version does not start")
 	}
 	return recorded, nil
+}
+
+// earlierArgs are the argvs that earlier versions of this driver gave the
+// agent of a sandbox whose argv is now args, which images taken then
+// hold: files, of agents that read their limits and seccomp program from
+// files in the run directory, and first, files without spawnThreadFlag.
+func earlierArgs(args []string) (files, first []string) {
+	for _, a := range args {
+		switch {
+		case a == "--limits-env="+limitsEnv:
+			files = append(files, "--limits="+path.Join(RunDest, oldLimitsFile))
+		case a == "--seccomp-env="+seccompEnv:
+			files = append(files, "--seccomp-file="+path.Join(RunDest, oldSeccompFile))
+		default:
+			files = append(files, a)
+		}
+	}
+	first = slices.DeleteFunc(slices.Clone(files), func(a string) bool { return a == spawnThreadFlag })
+	return files, first
 }
 
 // redial replaces the agent's connection after a checkpoint: gVisor does

@@ -145,20 +145,7 @@ func (d *Driver) writeBundle(id, dir string, spec driver.Spec, image string) (*a
 	if err := d.makeCgroup(id, spec.Resources); err != nil {
 		return nil, err
 	}
-	run := filepath.Join(d.box(id), runDir)
-	// A new agent writes the limits inside gVisor before it serves. A
-	// restored one does not start again: its limits are written through
-	// it once it connects. The file is there either way, for the spec
-	// (which names it) to be the checkpointed one's.
-	if err := writeLimitsFile(filepath.Join(run, limitsFile), innerLimitFiles(spec.Resources, false)); err != nil {
-		return nil, err
-	}
-	if host.InitSeccomp != "" {
-		if err := os.WriteFile(filepath.Join(run, seccompFile), []byte(host.InitSeccomp), 0o444); err != nil {
-			return nil, fmt.Errorf("writing the seccomp program for the agent: %w", err)
-		}
-	}
-	oci := ociSpec(boxed, host, userns, run)
+	oci := ociSpec(boxed, host, userns, filepath.Join(d.box(id), runDir))
 	// The Sentry applies a mount's flags from the spec alone: without
 	// them a host mount's noexec or read-only flag would not hold inside.
 	if err := runc.KeepLockedFlags(oci, boxed.Mounts); err != nil {

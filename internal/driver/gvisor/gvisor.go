@@ -45,13 +45,16 @@ const RunDest = "/.corral/run"
 
 // Files in a sandbox directory.
 const (
-	configFile  = "config.json"
-	logFile     = "agent.log"
-	pidFile     = "sandbox.pid"
-	runDir      = "run"
-	socketFile  = "agent.sock"
-	limitsFile  = "limits"  // in runDir, read by the agent (corral agent --limits)
-	seccompFile = "seccomp" // in runDir, read by the agent (corral agent --seccomp-file)
+	configFile = "config.json"
+	logFile    = "agent.log"
+	pidFile    = "sandbox.pid"
+	runDir     = "run"
+	socketFile = "agent.sock"
+	// In runDir of sandboxes started by earlier versions, whose agents
+	// read their limits and seccomp program from files: Delete removes
+	// them.
+	oldLimitsFile  = "limits"
+	oldSeccompFile = "seccomp"
 )
 
 // Config configures a Driver.

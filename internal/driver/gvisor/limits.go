@@ -147,23 +147,20 @@ func innerLimitFiles(r driver.Resources, lift bool) [][2]string {
 	return files
 }
 
-// writeLimitsFile writes files, as FILE=VALUE lines, to path, for a new
-// sandbox's agent to write inside gVisor before it serves (corral agent
-// --limits), which spares a create the round trips of setInnerLimits.
-func writeLimitsFile(path string, files [][2]string) error {
+// limitLines are files as the FILE=VALUE lines that a new sandbox's agent
+// writes inside gVisor before it serves (corral agent --limits-env),
+// which spares a create the round trips of setInnerLimits.
+func limitLines(files [][2]string) string {
 	var b strings.Builder
 	for _, f := range files {
 		b.WriteString(f[0] + "=" + f[1] + "\n")
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o444); err != nil {
-		return fmt.Errorf("writing limits for the agent: %w", err)
-	}
-	return nil
+	return b.String()
 }
 
 // setInnerLimits writes r's limits inside gVisor (innerLimitFiles)
 // through the agent's file API, for a running or restored sandbox; a new
-// one's agent writes them itself before it serves (writeLimitsFile). When
+// one's agent writes them itself before it serves (limitLines). When
 // one cannot be written, those written before it get their earlier values
 // back. Cost: two round trips through the agent per file (the earlier
 // value, then the new one), a few milliseconds.

@@ -12,28 +12,40 @@ import (
 )
 
 // agentArgs is the argv of the sandbox's init: the agent, dialing the
-// daemon's socket (see package agentserver), and starting processes from the
+// daemon's socket (see package agentserver), starting processes from the
 // one thread that carries the seccomp filter (spawnThreadFlag): in gVisor
-// a filter costs per thread that has it.
-var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest, socketFile), spawnThreadFlag}
+// a filter costs per thread that has it, and writing the limits it finds
+// in its environment inside gVisor before it serves.
+var agentArgs = []string{runc.AgentDest, "agent", "--dial=" + path.Join(RunDest, socketFile), spawnThreadFlag, "--limits-env=" + limitsEnv}
 
 const spawnThreadFlag = "--spawn-thread"
+
+// The environment variables that carry the limits to write inside gVisor
+// (innerLimitFiles, as limitLines) and the seccomp program to the agent,
+// which removes them from its environment once read. The environment,
+// unlike the argv, may differ between a checkpoint and its restore, and a
+// variable costs the agent no round trip to the gofer, as a file would.
+const (
+	limitsEnv  = "CORRAL_AGENT_LIMITS"
+	seccompEnv = "CORRAL_AGENT_SECCOMP"
+)
 
 // ociSpec returns the OCI runtime configuration of sandbox s: the runc
 // driver's (the same capabilities, seccomp profile, rlimits, mounts and
 // ID mapping u, which runsc applies inside gVisor), with the agent dialing
-// out through runDir, mounted read-only at RunDest, where it also finds
-// the limits to write inside gVisor before it serves (limitsFile) and,
-// when h.InitSeccomp is set, the seccomp program to install first
-// (seccompFile; start writes both). The argv is the same for every
-// sandbox, whatever its limits or the daemon's profile, as restoring a
-// checkpoint into another sandbox needs. It is a pure function of its
-// arguments.
+// out through runDir, mounted read-only at RunDest, and finding in its
+// environment the limits to write inside gVisor before it serves and,
+// when h.InitSeccomp is set, the seccomp program to install first. The
+// argv is the same for every sandbox, whatever its limits or the daemon's
+// profile, as restoring a checkpoint into another sandbox needs. It is a
+// pure function of its arguments.
 func ociSpec(s driver.Spec, h runc.Host, u runc.UserNS, runDir string) *specs.Spec {
 	spec := runc.OCISpec(s, h, u)
-	spec.Process.Args = append(slices.Clone(agentArgs), "--limits="+path.Join(RunDest, limitsFile))
+	spec.Process.Args = slices.Clone(agentArgs)
+	spec.Process.Env = append(spec.Process.Env, limitsEnv+"="+limitLines(innerLimitFiles(s.Resources, false)))
 	if h.InitSeccomp != "" {
-		spec.Process.Args = append(spec.Process.Args, "--seccomp-file="+path.Join(RunDest, seccompFile))
+		spec.Process.Args = append(spec.Process.Args, "--seccomp-env="+seccompEnv)
+		spec.Process.Env = append(spec.Process.Env, seccompEnv+"="+h.InitSeccomp)
 	}
 	// runc leaves them to the runc driver in a user namespace; gVisor
 	// applies them itself.

@@ -65,14 +65,15 @@ func TestOCISpecGolden(t *testing.T) {
 }
 
 // A restore gives runsc the agent's argv that the image was taken with:
-// the one the checkpoint recorded, which must be one this driver starts,
-// or for an image from before the record the new sandbox's argv without
-// --spawn-thread, which did not exist then.
+// the one the checkpoint recorded, which must be one this driver starts or
+// started (with limits and program in files), or for an image from before
+// the record the argv of then, without --spawn-thread.
 func TestCheckpointedArgs(t *testing.T) {
 	args := ociSpec(driver.Spec{ID: "sb-1", RootFS: "/r"}, runc.Host{InitSeccomp: "FILTER"}, runc.UserNS{}, "/run/sb-1").Process.Args
 	if !slices.Contains(args, spawnThreadFlag) {
 		t.Fatalf("new argv %q lacks %s", args, spawnThreadFlag)
 	}
+	files := []string{runc.AgentDest, "agent", "--dial=/.corral/run/agent.sock", "--spawn-thread", "--limits=/.corral/run/limits", "--seccomp-file=/.corral/run/seccomp"}
 	legacy := []string{runc.AgentDest, "agent", "--dial=/.corral/run/agent.sock", "--limits=/.corral/run/limits", "--seccomp-file=/.corral/run/seccomp"}
 	dir := t.TempDir()
 	if got, err := checkpointedArgs(dir, args); err != nil || !slices.Equal(got, legacy) {
@@ -83,7 +84,7 @@ func TestCheckpointedArgs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, want := range [][]string{args, legacy} {
+	for _, want := range [][]string{args, files, legacy} {
 		b, _ := json.Marshal(want)
 		record(b)
 		if got, err := checkpointedArgs(dir, args); err != nil || !slices.Equal(got, want) {
