@@ -1,0 +1,40 @@
+package pysdk
+
+import "testing"
+
+// TestUnit runs the unit tests: requests, stream readers, errors and tar
+// safety against a fake daemon, for the blocking and the asyncio client.
+func TestUnit(t *testing.T) {
+	requirePython(t)
+	pytest(t, nil, "tests/unit")
+}
+
+// TestLive runs every live test but the code interpreter's against a
+// daemon on runc, then on gVisor: sandboxes, exec with streaming
+// callbacks, run, background processes re-attached from a second client,
+// terminals, files, lifecycle, snapshots, forks, templates, pools,
+// volumes, errors and the asyncio client. The tests delete what they make;
+// the daemon's cleanup checks the host for leaks.
+func TestLive(t *testing.T) {
+	requirePython(t)
+	for _, runtime := range []string{"runc", "gvisor"} {
+		t.Run(runtime, func(t *testing.T) {
+			_, env := startDaemon(t, runtime)
+			pytest(t, env, "-m", "not code", "tests/live")
+		})
+	}
+}
+
+// TestCodeInterpreter runs run_code and the code contexts against
+// sandboxes of the code-interpreter template on runc and gVisor (see
+// daemontest.CodeInterpreterTemplate: built once per test run, minutes).
+func TestCodeInterpreter(t *testing.T) {
+	requirePython(t)
+	for _, runtime := range []string{"runc", "gvisor"} {
+		t.Run(runtime, func(t *testing.T) {
+			d, env := startDaemon(t, runtime)
+			d.CodeInterpreterTemplate("code-interpreter")
+			pytest(t, append(env, "CORRAL_TEST_CODE_TEMPLATE=code-interpreter"), "-m", "code", "tests/live")
+		})
+	}
+}
