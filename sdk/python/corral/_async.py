@@ -10,11 +10,11 @@ from typing import Any, AsyncIterator, Callable, Dict, Generic, List, Mapping, O
 
 import httpx
 
-from . import _errors, _ops, _tar
+from . import _errors, _ops, _tar, _wire
 from . import _requests as R
 from ._attach import AsyncAttachSession
 from ._base import ProcessFields, SandboxFields
-from ._host import CONNECT_TIMEOUT, Endpoint
+from ._host import Endpoint
 from ._ops import Command, FileOps, Request
 from ._types import (
     CodeContext,
@@ -62,13 +62,8 @@ class AsyncClient:
 
     def __init__(self, host: Optional[str] = None, api_key: Optional[str] = None) -> None:
         self._ep = Endpoint(host, api_key)
-        transport = httpx.AsyncHTTPTransport(uds=self._ep.uds) if self._ep.uds else None
-        self._http = httpx.AsyncClient(
-            base_url=self._ep.base_url,
-            transport=transport,
-            headers=self._ep.headers(),
-            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT),
-        )
+        self._headers = self._ep.headers()
+        self._transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(uds=self._ep.uds)
         self.templates = AsyncTemplates(self)
         self.pools = AsyncPools(self)
         self.snapshots = AsyncSnapshots(self)
@@ -78,25 +73,19 @@ class AsyncClient:
     def host(self) -> str:
         return self._ep.host
 
-    async def _send(self, req: Request, stream: bool = False) -> httpx.Response:
+    async def _send(self, req: Request) -> httpx.Response:
         content = req.content
         if content is not None and not isinstance(content, (bytes, str)):
             content = _aiter_chunks(content)
-        request = self._http.build_request(
-            req.method,
-            req.path,
-            params=req.params or None,
-            json=req.body,
-            content=content,
-            headers={"Content-Type": req.content_type} if req.content_type else None,
-        )
         try:
-            resp = await self._http.send(request, stream=stream)
+            resp = await self._transport.handle_async_request(_wire.http_request(self._ep, self._headers, req, content))
         except httpx.TransportError as e:
             raise _errors.Unavailable(f"corral daemon unreachable: {e}") from e
         if resp.status_code // 100 != 2:
             try:
                 body = await resp.aread()
+            except httpx.TransportError:
+                body = b""
             finally:
                 await resp.aclose()
             raise _errors.error_from_response(resp.status_code, body, resp.headers.get("Retry-After"))
@@ -104,16 +93,20 @@ class AsyncClient:
 
     async def _call(self, req: Request) -> Any:
         resp = await self._send(req)
-        return _ops.answer(req, resp.content)
+        try:
+            content = await resp.aread()
+        except httpx.TransportError as e:
+            raise _errors.Unavailable(f"reading the daemon's answer: {e}") from e
+        finally:
+            await resp.aclose()
+        return _ops.answer(req, content)
 
     async def _consume(self, req: Request, reader: Any) -> Any:
-        resp = await self._send(req, stream=True)
+        resp = await self._send(req)
         try:
-            async for line in resp.aiter_lines():
-                if line and not reader.finished:
+            async for line in _lines(resp):
+                if not reader.finished:
                     await _invoke(reader.feed(json.loads(line)))
-        except httpx.TransportError as e:
-            raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
         finally:
             await resp.aclose()
         return reader.result()
@@ -183,7 +176,7 @@ class AsyncClient:
 
     async def events(self, *, sandbox_id: Optional[str] = None, types: Optional[Sequence[str]] = None) -> "AsyncStream[Event]":
         """See :meth:`corral.Client.events`."""
-        return AsyncStream(await self._send(R.events(sandbox_id, types), stream=True), _ops.EventReader())
+        return AsyncStream(await self._send(R.events(sandbox_id, types)), _ops.EventReader())
 
     async def version(self) -> Dict[str, Any]:
         return await self._call(Request("GET", "/v1/version", parse=dict))
@@ -194,9 +187,12 @@ class AsyncClient:
     async def runtimes(self) -> List[Dict[str, Any]]:
         return await self._call(Request("GET", "/v1/runtimes", parse=list))
 
+    async def metrics(self) -> str:
+        return await self._call(R.metrics())
+
     async def close(self) -> None:
         """Closes idle connections."""
-        await self._http.aclose()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -208,13 +204,27 @@ class AsyncClient:
         return AsyncSandbox(self, data)
 
 
+async def _lines(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The non-empty lines of an answer's body as they arrive."""
+    buf = _wire.LineBuffer()
+    try:
+        async for chunk in resp.stream:  # type: ignore[union-attr]
+            for line in buf.feed(chunk):
+                yield line
+    except httpx.TransportError as e:
+        raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
+    rest = buf.rest()
+    if rest is not None:
+        yield rest
+
+
 class AsyncStream(Generic[T]):
     """The asyncio twin of :class:`corral.Stream`: ``async for`` over it;
     ``aclose`` it (or ``async with``) to stop early."""
 
     def __init__(self, resp: httpx.Response, reader: Any) -> None:
         self._resp = resp
-        self._lines = resp.aiter_lines()
+        self._lines = _lines(resp)
         self._reader = reader
 
     def __aiter__(self) -> "AsyncStream[T]":
@@ -228,13 +238,12 @@ class AsyncStream(Generic[T]):
                 await self.aclose()
                 self._reader.end()
                 raise
-            except httpx.TransportError as e:
+            except _errors.CorralError:
                 await self.aclose()
-                raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
-            if line:
-                item = self._reader.feed(json.loads(line))
-                if item is not None:
-                    return item
+                raise
+            item = self._reader.feed(json.loads(line))
+            if item is not None:
+                return item
         await self.aclose()
         raise StopAsyncIteration
 
@@ -415,6 +424,12 @@ class AsyncSandbox(SandboxFields):
     async def stats(self) -> Stats:
         return await self._client._call(R.stats(self.id))
 
+    async def service(self) -> Dict[str, Any]:
+        return await self._client._call(R.service_status(self.id))
+
+    async def mount_changes(self, target: str) -> List[Dict[str, str]]:
+        return await self._client._call(R.mount_changes(self.id, target))
+
     async def kill(self) -> None:
         await self._client.delete(self.id)
 
@@ -446,7 +461,7 @@ class AsyncProcess(ProcessFields):
         return await self._client._consume(req, _ops.WaitReader(self.pid, on_stdout, on_stderr))
 
     async def output(self, from_offset: int = 0, *, follow: bool = False) -> AsyncOutputStream:
-        resp = await self._client._send(R.output(self.sandbox_id, self.pid, from_offset, follow), stream=True)
+        resp = await self._client._send(R.output(self.sandbox_id, self.pid, from_offset, follow))
         return AsyncOutputStream(resp, _ops.OutputReader(self.pid, from_offset, follow))
 
     async def __aiter__(self) -> AsyncIterator[OutputEvent]:
@@ -521,18 +536,20 @@ class AsyncFiles:
     async def download(self, remote_dir: str, local_dir: str) -> None:
         """See :meth:`corral.Files.download`; extraction runs on a worker
         thread."""
-        resp = await self._client._send(self._ops.get_archive(remote_dir), stream=True)
+        resp = await self._client._send(self._ops.get_archive(remote_dir))
         with tempfile.SpooledTemporaryFile(max_size=_tar.SPOOL) as archive:
             try:
-                async for chunk in resp.aiter_bytes():
+                async for chunk in resp.stream:  # type: ignore[union-attr]
                     archive.write(chunk)
+            except httpx.TransportError as e:
+                raise _errors.Unavailable(f"download broke: {e}") from e
             finally:
                 await resp.aclose()
             archive.seek(0)
             await asyncio.get_running_loop().run_in_executor(None, _tar.extract, archive, local_dir)
 
     async def watch(self, path: str, *, recursive: bool = False) -> AsyncStream[WatchEvent]:
-        return AsyncStream(await self._client._send(self._ops.watch(path, recursive), stream=True), _ops.WatchReader())
+        return AsyncStream(await self._client._send(self._ops.watch(path, recursive)), _ops.WatchReader())
 
 
 class _AsyncNamed(Generic[T]):
@@ -563,6 +580,42 @@ class AsyncTemplates(_AsyncNamed[Template]):
 
     async def from_snapshot(self, name: str, snapshot: str) -> Template:
         return await self._c._call(R.template_from_snapshot(name, snapshot))
+
+    async def build(
+        self,
+        name: str,
+        recipe: str,
+        *,
+        mirror: Optional[str] = None,
+        build_essential: bool = False,
+        service: Optional[Mapping[str, Any]] = None,
+        on_log: OnText = None,
+    ) -> Template:
+        req = R.build_template(name, recipe, mirror, build_essential, service)
+        return await self._c._consume(req, _ops.BuildReader(on_log, None))
+
+    async def pull(
+        self,
+        name: str,
+        ref: str,
+        *,
+        platform: Optional[str] = None,
+        insecure: bool = False,
+        service: Optional[Mapping[str, Any]] = None,
+        on_log: OnText = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    ) -> Template:
+        req = R.pull_template(name, ref, platform, insecure, service)
+        return await self._c._consume(req, _ops.BuildReader(on_log, on_progress))
+
+    async def set_service(self, name: str, service: Optional[Mapping[str, Any]]) -> Template:
+        return await self._c._call(R.set_service(name, service))
+
+    async def capture_ready(self, name: str, runtime: Optional[str] = None) -> Template:
+        return await self._c._call(R.capture_ready(name, runtime))
+
+    async def drop_ready(self, name: str, runtime: Optional[str] = None) -> Template:
+        return await self._c._call(R.drop_ready(name, runtime))
 
 
 class AsyncPools(_AsyncNamed[Pool]):

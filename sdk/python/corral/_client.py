@@ -8,11 +8,11 @@ from typing import Any, Callable, Dict, Generic, Iterator, List, Mapping, Option
 
 import httpx
 
-from . import _errors, _ops, _tar
+from . import _errors, _ops, _tar, _wire
 from . import _requests as R
 from ._attach import AttachSession
 from ._base import ProcessFields, SandboxFields
-from ._host import CONNECT_TIMEOUT, Endpoint
+from ._host import Endpoint
 from ._ops import Command, FileOps, Request
 from ._types import (
     CodeContext,
@@ -53,13 +53,8 @@ class Client:
 
     def __init__(self, host: Optional[str] = None, api_key: Optional[str] = None) -> None:
         self._ep = Endpoint(host, api_key)
-        transport = httpx.HTTPTransport(uds=self._ep.uds) if self._ep.uds else None
-        self._http = httpx.Client(
-            base_url=self._ep.base_url,
-            transport=transport,
-            headers=self._ep.headers(),
-            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT),
-        )
+        self._headers = self._ep.headers()
+        self._transport: httpx.BaseTransport = httpx.HTTPTransport(uds=self._ep.uds)
         self.templates = Templates(self)
         self.pools = Pools(self)
         self.snapshots = Snapshots(self)
@@ -72,25 +67,21 @@ class Client:
 
     # ---- transport ----------------------------------------------------
 
-    def _send(self, req: Request, stream: bool = False) -> httpx.Response:
+    def _send(self, req: Request) -> httpx.Response:
+        """Sends req and returns the answer, its body unread, when its
+        status is 2xx; other statuses raise the error they carry."""
         content = req.content
         if content is not None and not isinstance(content, (bytes, str)):
             content = _ops.chunks(content)
-        request = self._http.build_request(
-            req.method,
-            req.path,
-            params=req.params or None,
-            json=req.body,
-            content=content,
-            headers={"Content-Type": req.content_type} if req.content_type else None,
-        )
         try:
-            resp = self._http.send(request, stream=stream)
+            resp = self._transport.handle_request(_wire.http_request(self._ep, self._headers, req, content))
         except httpx.TransportError as e:
             raise _errors.Unavailable(f"corral daemon unreachable: {e}") from e
         if resp.status_code // 100 != 2:
             try:
                 body = resp.read()
+            except httpx.TransportError:
+                body = b""
             finally:
                 resp.close()
             raise _errors.error_from_response(resp.status_code, body, resp.headers.get("Retry-After"))
@@ -98,23 +89,26 @@ class Client:
 
     def _call(self, req: Request) -> Any:
         resp = self._send(req)
-        return _ops.answer(req, resp.content)
+        try:
+            content = resp.read()
+        except httpx.TransportError as e:
+            raise _errors.Unavailable(f"reading the daemon's answer: {e}") from e
+        finally:
+            resp.close()
+        return _ops.answer(req, content)
 
     def _consume(self, req: Request, reader: Any) -> Any:
-        """Reads a stream to its end (or the reader's), calling callbacks
-        as the reader asks, and returns the reader's result."""
-        resp = self._send(req, stream=True)
+        """Reads a stream to its end, calling callbacks as the reader asks,
+        and returns the reader's result. Lines after the reader's last
+        event are read and dropped (the daemon ends the stream right
+        after it), so that the connection can be used again."""
+        resp = self._send(req)
         try:
-            # Read to the end even after the last event the reader wants
-            # (the daemon ends the stream right after it), so that the
-            # connection can be used again.
-            for line in resp.iter_lines():
-                if line and not reader.finished:
+            for line in _lines(resp):
+                if not reader.finished:
                     cb = reader.feed(json.loads(line))
                     if cb is not None:
                         cb.fn(cb.arg)
-        except httpx.TransportError as e:
-            raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
         finally:
             resp.close()
         return reader.result()
@@ -206,7 +200,7 @@ class Client:
     def events(self, *, sandbox_id: Optional[str] = None, types: Optional[Sequence[str]] = None) -> "Stream[Event]":
         """Subscribes to lifecycle events; every change after this returns
         is delivered. Iterate the stream; close it when done."""
-        return Stream(self._send(R.events(sandbox_id, types), stream=True), _ops.EventReader())
+        return Stream(self._send(R.events(sandbox_id, types)), _ops.EventReader())
 
     # ---- the daemon ---------------------------------------------------
 
@@ -222,9 +216,13 @@ class Client:
         """The runtimes the daemon offers, with their capabilities."""
         return self._call(Request("GET", "/v1/runtimes", parse=list))
 
+    def metrics(self) -> str:
+        """The daemon's metrics in the Prometheus text format."""
+        return self._call(R.metrics())
+
     def close(self) -> None:
         """Closes idle connections."""
-        self._http.close()
+        self._transport.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -236,13 +234,26 @@ class Client:
         return Sandbox(self, data)
 
 
+def _lines(resp: httpx.Response) -> Iterator[bytes]:
+    """The non-empty lines of an answer's body as they arrive."""
+    buf = _wire.LineBuffer()
+    try:
+        for chunk in resp.stream:
+            yield from buf.feed(chunk)
+    except httpx.TransportError as e:
+        raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
+    rest = buf.rest()
+    if rest is not None:
+        yield rest
+
+
 class Stream(Generic[T]):
     """An open stream of items (output chunks, file changes, events):
     iterate it; close it (or use ``with``) to stop early."""
 
     def __init__(self, resp: httpx.Response, reader: Any) -> None:
         self._resp = resp
-        self._lines = resp.iter_lines()
+        self._lines = _lines(resp)
         self._reader = reader
 
     def __iter__(self) -> "Stream[T]":
@@ -256,13 +267,12 @@ class Stream(Generic[T]):
                 self.close()
                 self._reader.end()
                 raise
-            except httpx.TransportError as e:
+            except _errors.CorralError:
                 self.close()
-                raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
-            if line:
-                item = self._reader.feed(json.loads(line))
-                if item is not None:
-                    return item
+                raise
+            item = self._reader.feed(json.loads(line))
+            if item is not None:
+                return item
         self.close()
         raise StopIteration
 
@@ -510,6 +520,22 @@ class Sandbox(SandboxFields):
         """The sandbox's memory, CPU and pids readings."""
         return self._client._call(R.stats(self.id))
 
+    def service(self) -> Dict[str, Any]:
+        """The state of the template's service in this sandbox (state,
+        pid, restarts, ready_at, ...); :class:`NotFound` without one."""
+        return self._client._call(R.service_status(self.id))
+
+    def mount_changes(self, target: str) -> List[Dict[str, str]]:
+        """What the sandbox changed under its copy-on-write mount at
+        ``target``: ``{"path", "kind"}`` with kind added, modified or
+        deleted."""
+        return self._client._call(R.mount_changes(self.id, target))
+
+    def port_url(self, port: int, path: str = "/") -> str:
+        """The daemon URL that forwards HTTP to ``port`` inside the
+        sandbox (send the client's API key with requests to it)."""
+        return self._client._ep.base_url + _ops.sandbox_path(self.id, f"/ports/{int(port)}/{path.lstrip('/')}")
+
     def kill(self) -> None:
         """Deletes the sandbox with everything in it."""
         self._client.delete(self.id)
@@ -549,7 +575,7 @@ class Process(ProcessFields):
     def output(self, from_offset: int = 0, *, follow: bool = False) -> OutputStream:
         """The output from byte ``from_offset`` of all the process wrote:
         what is buffered, and with ``follow`` live output until it exits."""
-        resp = self._client._send(R.output(self.sandbox_id, self.pid, from_offset, follow), stream=True)
+        resp = self._client._send(R.output(self.sandbox_id, self.pid, from_offset, follow))
         return OutputStream(resp, _ops.OutputReader(self.pid, from_offset, follow))
 
     def __iter__(self) -> Iterator[OutputEvent]:
@@ -645,11 +671,13 @@ class Files:
         """Copies ``remote_dir`` (a directory's contents, or a file) into
         ``local_dir``, created if missing. The archive is untrusted: names
         that leave ``local_dir`` are refused."""
-        resp = self._client._send(self._ops.get_archive(remote_dir), stream=True)
+        resp = self._client._send(self._ops.get_archive(remote_dir))
         with tempfile.SpooledTemporaryFile(max_size=_tar.SPOOL) as archive:
             try:
-                for chunk in resp.iter_bytes():
+                for chunk in resp.stream:
                     archive.write(chunk)
+            except httpx.TransportError as e:
+                raise _errors.Unavailable(f"download broke: {e}") from e
             finally:
                 resp.close()
             archive.seek(0)
@@ -660,7 +688,7 @@ class Files:
         for :class:`WatchEvent` values; close it to stop. The watch is in
         place a moment after this returns: changes made at once may be
         missed."""
-        return Stream(self._client._send(self._ops.watch(path, recursive), stream=True), _ops.WatchReader())
+        return Stream(self._client._send(self._ops.watch(path, recursive)), _ops.WatchReader())
 
 
 class _Named(Generic[T]):
@@ -698,6 +726,87 @@ class Templates(_Named[Template]):
     def from_snapshot(self, name: str, snapshot: str) -> Template:
         """Makes template ``name`` from a snapshot's files."""
         return self._c._call(R.template_from_snapshot(name, snapshot))
+
+    def build(
+        self,
+        name: str,
+        recipe: str,
+        *,
+        mirror: Optional[str] = None,
+        build_essential: bool = False,
+        service: Optional[Mapping[str, Any]] = None,
+        on_log: OnText = None,
+    ) -> Template:
+        """Builds template ``name`` on the daemon from a recipe
+        (``"debian"``, ``"code-interpreter"``, ``"busybox"``); ``on_log``
+        gets its log lines as they come."""
+        return self._c._consume(R.build_template(name, recipe, mirror, build_essential, service), _ops.BuildReader(on_log, None))
+
+    def pull(
+        self,
+        name: str,
+        ref: str,
+        *,
+        platform: Optional[str] = None,
+        insecure: bool = False,
+        service: Optional[Mapping[str, Any]] = None,
+        on_log: OnText = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    ) -> Template:
+        """Makes template ``name`` from a registry image (``ref`` such as
+        ``"python:3.12"``), without a Docker daemon."""
+        return self._c._consume(R.pull_template(name, ref, platform, insecure, service), _ops.BuildReader(on_log, on_progress))
+
+    def build_dockerfile(
+        self,
+        name: str,
+        dockerfile: Union[str, bytes],
+        *,
+        context_dir: Optional[str] = None,
+        args: Optional[Mapping[str, str]] = None,
+        platform: Optional[str] = None,
+        insecure: bool = False,
+        no_cache: bool = False,
+        network: Optional[str] = None,
+        allow_domains: Optional[Sequence[str]] = None,
+        start: Optional[str] = None,
+        ready: Optional[str] = None,
+        ready_port: Optional[int] = None,
+        ready_url: Optional[str] = None,
+        ready_timeout: Optional[float] = None,
+        restart: Optional[str] = None,
+        no_start: bool = False,
+        on_log: OnText = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    ) -> Template:
+        """Builds template ``name`` from a Dockerfile's text, with the
+        local directory ``context_dir`` as its context; unchanged steps
+        are cached. ``network`` and ``allow_domains`` are what RUN steps
+        may reach; ``start``, ``ready*`` and ``restart`` make the
+        template's service (``no_start`` keeps CMD from starting)."""
+        params = R.dockerfile_params(args, platform, insecure, no_cache, network, allow_domains, start, ready,
+                                     ready_port, ready_url, ready_timeout, restart, no_start)  # fmt: skip
+        context = _tar.pack(context_dir) if context_dir is not None else None
+        try:
+            return self._c._consume(R.dockerfile_build(name, dockerfile, context, params), _ops.BuildReader(on_log, on_progress))
+        finally:
+            if context is not None:
+                context.close()
+
+    def set_service(self, name: str, service: Optional[Mapping[str, Any]]) -> Template:
+        """Replaces the service of template ``name`` (``{"cmd": [...],
+        "ready": {"port": 8000}, "restart": "on-failure"}``); None removes
+        it. Sandboxes made afterwards start the new service."""
+        return self._c._call(R.set_service(name, service))
+
+    def capture_ready(self, name: str, runtime: Optional[str] = None) -> Template:
+        """Saves a sandbox of the template, service ready, with its
+        memory; later sandboxes on that runtime start from it."""
+        return self._c._call(R.capture_ready(name, runtime))
+
+    def drop_ready(self, name: str, runtime: Optional[str] = None) -> Template:
+        """Removes the template's ready snapshot on runtime."""
+        return self._c._call(R.drop_ready(name, runtime))
 
 
 class Pools(_Named[Pool]):

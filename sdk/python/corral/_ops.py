@@ -17,6 +17,7 @@ from urllib.parse import quote
 from . import _errors
 from ._types import (
     CodeContext,
+    Template,
     Event,
     ExecResult,
     Execution,
@@ -511,6 +512,34 @@ class CodeReader:
         return self.x
 
 
+class BuildReader:
+    """Reads a template build or pull stream: log lines, progress, then
+    the template."""
+
+    def __init__(self, on_log: Optional[Callable[[str], Any]], on_progress: Optional[Callable[[Dict[str, Any]], Any]]) -> None:
+        self.cb = {"log": on_log, "progress": on_progress}
+        self.template: Optional[Template] = None
+        self.finished = False
+
+    def feed(self, ev: Mapping[str, Any]) -> Optional[Callback]:
+        typ = ev.get("type")
+        if typ == "done" and isinstance(ev.get("template"), Mapping):
+            self.template = from_json(Template, ev["template"])
+            self.finished = True
+        elif typ == "error":
+            raise _errors.error_from_detail(ev.get("error"), "build failed")
+        fn = self.cb.get(str(typ))
+        arg = ev.get("text") if typ == "log" else ev.get("progress")
+        if fn is not None and arg is not None:
+            return Callback(fn, arg)
+        return None
+
+    def result(self) -> Template:
+        if self.template is None:
+            raise _errors.Unavailable("build stream ended without a result")
+        return self.template
+
+
 class WatchReader:
     """Reads a watch stream; yields WatchEvents."""
 
@@ -639,6 +668,10 @@ def chunks(data: Any, size: int = 256 << 10) -> Iterable[bytes]:
         return
     read = getattr(data, "read", None)
     if read is None:
+        if hasattr(data, "__iter__"):  # chunks already
+            for chunk in data:
+                yield to_bytes(chunk)
+            return
         raise TypeError(f"data must be str, bytes or a binary file object, not {type(data).__name__}")
     while True:
         chunk = read(size)

@@ -6,10 +6,10 @@ client's handle (blocking or asyncio).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _ops
-from ._ops import Request, process_path, sandbox_path, seg
+from ._ops import Params, Request, process_path, sandbox_path, seg
 from ._types import CodeContext, Pool, ProcessInfo, Snapshot, Stats, Template, Volume
 
 Wrap = Callable[[Any], Any]
@@ -214,3 +214,98 @@ def volume_files(name: str) -> _ops.FileOps:
 
 def sandbox_files(sandbox_id: str) -> _ops.FileOps:
     return _ops.FileOps(sandbox_path(sandbox_id, "/files"))
+
+
+def build_template(name: str, recipe: str, mirror: Optional[str], build_essential: bool, service: Any) -> Request:
+    body = _ops._prune({"recipe": recipe, "mirror": mirror, "build_essential": build_essential, "service": service})
+    return Request("POST", _named("templates", name, "/build"), body=body)
+
+
+def pull_template(name: str, ref: str, platform: Optional[str], insecure: bool, service: Any) -> Request:
+    body = _ops._prune({"ref": ref, "platform": platform, "insecure": insecure, "service": service})
+    return Request("POST", _named("templates", name, "/pull"), body=body)
+
+
+_BOUNDARY = "corral-build-7d1f3a9c5e2b4680"
+
+
+def dockerfile_build(name: str, dockerfile: Any, context: Any, params: Params) -> Request:
+    """A multipart build: the Dockerfile, then (if given) a tar of the
+    context, streamed."""
+
+    def parts() -> Iterator[bytes]:
+        yield (f"--{_BOUNDARY}\r\nContent-Disposition: form-data; name=\"dockerfile\"; filename=\"Dockerfile\"\r\n"
+               "Content-Type: application/octet-stream\r\n\r\n").encode()  # fmt: skip
+        yield _ops.to_bytes(dockerfile)
+        if context is not None:
+            yield (f"\r\n--{_BOUNDARY}\r\nContent-Disposition: form-data; name=\"context\"; filename=\"context.tar\"\r\n"
+                   "Content-Type: application/x-tar\r\n\r\n").encode()  # fmt: skip
+            yield from _ops.chunks(context)
+        yield f"\r\n--{_BOUNDARY}--\r\n".encode()
+
+    return Request("POST", _named("templates", name, "/build"), params=params, content=parts(),
+                   content_type=f"multipart/form-data; boundary={_BOUNDARY}")  # fmt: skip
+
+
+def dockerfile_params(
+    args: Optional[Mapping[str, str]],
+    platform: Optional[str],
+    insecure: bool,
+    no_cache: bool,
+    network: Optional[str],
+    allow_domains: Optional[Sequence[str]],
+    start: Optional[str],
+    ready: Optional[str],
+    ready_port: Optional[int],
+    ready_url: Optional[str],
+    ready_timeout: Optional[float],
+    restart: Optional[str],
+    no_start: bool,
+) -> Params:
+    params = [("build_arg", f"{k}={v}") for k, v in sorted((_ops._str_map("args", args) or {}).items())]
+    for key, value in [("platform", platform), ("network", network), ("start", start), ("ready", ready),
+                       ("ready_url", ready_url), ("restart", restart)]:  # fmt: skip
+        if value:
+            params.append((key, value))
+    params += [("allow_domain", d) for d in allow_domains or []]
+    if insecure:
+        params.append(("insecure", "true"))
+    if no_cache:
+        params.append(("no_cache", "true"))
+    if ready_port:
+        params.append(("ready_port", str(int(ready_port))))
+    if ready_timeout:
+        params.append(("ready_timeout", repr(float(ready_timeout))))
+    if no_start:
+        params.append(("no_start", "true"))
+    return params
+
+
+def set_service(name: str, service: Optional[Mapping[str, Any]]) -> Request:
+    path = _named("templates", name, "/service")
+    if service is None:
+        return Request("DELETE", path, parse=_ops.one(Template))
+    return Request("PUT", path, body=dict(service), parse=_ops.one(Template))
+
+
+def capture_ready(name: str, runtime: Optional[str]) -> Request:
+    body = {"runtime": runtime} if runtime else {}
+    return Request("POST", _named("templates", name, "/ready-snapshot"), body=body, parse=_ops.one(Template))
+
+
+def drop_ready(name: str, runtime: Optional[str]) -> Request:
+    params = [("runtime", runtime)] if runtime else []
+    return Request("DELETE", _named("templates", name, "/ready-snapshot"), params=params, parse=_ops.one(Template))
+
+
+def service_status(sandbox_id: str) -> Request:
+    return Request("GET", sandbox_path(sandbox_id, "/service"), parse=dict)
+
+
+def mount_changes(sandbox_id: str, target: str) -> Request:
+    return Request("GET", sandbox_path(sandbox_id, "/mounts/changes"), params=[("target", target)],
+                   parse=lambda d: list((d or {}).get("changes") or []))  # fmt: skip
+
+
+def metrics() -> Request:
+    return Request("GET", "/metrics", raw=True, parse=lambda b: b.decode("utf-8", "replace"))

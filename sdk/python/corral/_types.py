@@ -238,6 +238,12 @@ class Template:
     created_at: Optional[_dt.datetime] = None
     image: str = ""
     digest: str = ""
+    #: An image's configuration (env, working_dir, user, entrypoint, cmd).
+    defaults: Optional[Dict[str, Any]] = None
+    #: The process every new sandbox of the template starts.
+    service: Optional[Dict[str, Any]] = None
+    #: Runtime -> snapshot that new sandboxes start from, service ready.
+    ready_snapshots: Dict[str, str] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
 
 

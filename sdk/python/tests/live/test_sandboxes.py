@@ -163,11 +163,28 @@ def test_snapshot_fork_and_create_from_snapshot(client, sb, new_sandbox, run_id,
             f.kill()
 
 
-def test_templates_pools_and_volumes(client, template, runtime, run_id, new_sandbox):
+def test_templates_pools_and_volumes(client, template, runtime, run_id, new_sandbox, tmp_path):
     assert template in [t.name for t in client.templates.list()]
     assert client.templates.get(template).name == template
     with pytest.raises(corral.NotFound):
         client.templates.get("no-such-template-" + run_id)
+    logs = []
+    built = client.templates.build("pybb-" + run_id, "busybox", on_log=logs.append)
+    try:
+        assert built.name == "pybb-" + run_id
+        assert client.templates.set_service(built.name, {"cmd": ["/bin/sleep", "1000"]}).service["cmd"] == ["/bin/sleep", "1000"]
+        assert client.templates.set_service(built.name, None).service is None
+    finally:
+        client.templates.delete(built.name)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "hello.txt").write_text("from the context\n")
+    df = client.templates.build_dockerfile("pydf-" + run_id, "FROM scratch\nCOPY hello.txt /hello.txt\nENV GREETING=hi\n",
+                                           context_dir=str(ctx), on_log=logs.append)
+    try:
+        assert df.defaults["env"] == ["GREETING=hi"] and logs
+    finally:
+        client.templates.delete(df.name)
 
     vol = client.volumes.create("pyvol-" + run_id, labels={"run": run_id})
     try:

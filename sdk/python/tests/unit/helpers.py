@@ -38,12 +38,12 @@ class Recorder:
 def client(handler: Callable[[httpx.Request], httpx.Response], api_key: str = "") -> "tuple[corral.Client, Recorder]":
     rec = Recorder(handler)
     c = corral.Client("http://corral.test:1", api_key=api_key or None)
-    c._http = httpx.Client(base_url=c._ep.base_url, headers=c._ep.headers(), transport=httpx.MockTransport(rec))
+    c._transport = httpx.MockTransport(rec)
     return c, rec
 
 
 def async_client(handler: Callable[[httpx.Request], httpx.Response]) -> "tuple[corral.AsyncClient, Recorder]":
     rec = Recorder(handler)
     c = corral.AsyncClient("http://corral.test:1")
-    c._http = httpx.AsyncClient(base_url=c._ep.base_url, headers=c._ep.headers(), transport=httpx.MockTransport(rec))
+    c._transport = httpx.MockTransport(rec)
     return c, rec

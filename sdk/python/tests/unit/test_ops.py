@@ -172,3 +172,44 @@ def test_code_reader():
     assert len(seen) == 2
     with pytest.raises(corral.Unavailable):
         _ops.CodeReader().result()
+
+
+def test_dockerfile_build_request():
+    from corral import _requests as R
+
+    params = R.dockerfile_params({"B": "2", "A": "1"}, "linux/amd64", False, True, "allowlist", ["pypi.org"],
+                                 "python3 -m http.server", None, 8000, None, 2.5, "always", False)
+    assert params == [("build_arg", "A=1"), ("build_arg", "B=2"), ("platform", "linux/amd64"), ("network", "allowlist"),
+                      ("start", "python3 -m http.server"), ("restart", "always"), ("allow_domain", "pypi.org"),
+                      ("no_cache", "true"), ("ready_port", "8000"), ("ready_timeout", "2.5")]
+    req = R.dockerfile_build("t", "FROM scratch\n", b"TAR", [])
+    body = b"".join(req.content)
+    boundary = req.content_type.split("boundary=")[1]
+    assert body.startswith(b"--" + boundary.encode()) and body.endswith(b"--" + boundary.encode() + b"--\r\n")
+    assert b'name="dockerfile"' in body and b"FROM scratch\n" in body and b'name="context"' in body and b"TAR" in body
+
+
+def test_build_reader():
+    logs = []
+    r = _ops.BuildReader(logs.append, None)
+    for ev in [{"type": "log", "text": "step 1"}, {"type": "progress", "progress": {"current": 1}},
+               {"type": "done", "template": {"name": "t", "defaults": {"env": ["A=1"]}}}]:
+        cb = r.feed(ev)
+        if cb is not None:
+            cb.fn(cb.arg)
+    assert logs == ["step 1"] and r.result().defaults == {"env": ["A=1"]}
+    with pytest.raises(corral.InvalidArgument):
+        _ops.BuildReader(None, None).feed({"type": "error", "error": {"code": "invalid_argument", "message": "bad"}})
+    with pytest.raises(corral.Unavailable):
+        _ops.BuildReader(None, None).result()
+
+
+def test_line_buffer():
+    from corral._wire import LineBuffer
+
+    buf = LineBuffer()
+    assert buf.feed(b'{"a"') == []
+    assert buf.feed(b':1}\n\n{"b":2}\n{"c"') == [b'{"a":1}', b'{"b":2}']
+    assert buf.feed(b"") == []
+    assert buf.rest() == b'{"c"' and buf.rest() is None
+    assert LineBuffer().feed(b"x" * 100 + b"\n") == [b"x" * 100]
