@@ -10,7 +10,9 @@ messages as JSON text (``resize``, ``signal``, ``close_stdin``).
 The asyncio session uses the ``websockets`` library. The blocking session
 runs the same asyncio session on a private event loop thread that lives as
 long as the session does, because the ``websockets`` releases that Debian
-ships have no blocking client.
+ships have no blocking client. The client used is the one websockets
+offers as ``websockets.client`` up to release 13 (pyproject.toml bounds
+the version).
 """
 
 from __future__ import annotations
@@ -42,7 +44,14 @@ async def _dial(ep: Endpoint, sandbox_id: str, pid: int, from_offset: int) -> An
     if from_offset > 0:
         path += f"?from={int(from_offset)}"
     url, uds = ep.ws_url(path)
-    kwargs: Any = dict(extra_headers=ep.headers(), max_size=_MAX_MESSAGE, open_timeout=CONNECT_TIMEOUT, compression=None)
+    headers = ep.headers()
+    kwargs: Any = dict(
+        extra_headers={k: v for k, v in headers.items() if k != "User-Agent"},
+        user_agent_header=headers["User-Agent"],
+        max_size=_MAX_MESSAGE,
+        open_timeout=CONNECT_TIMEOUT,
+        compression=None,
+    )
     try:
         if uds is not None:
             return await websockets.client.unix_connect(uds, url, **kwargs)

@@ -3,8 +3,8 @@ requests for httpx's transports, and the lines of NDJSON streams.
 
 The clients call httpx's transports directly rather than through
 ``httpx.Client``: they need none of its redirects, cookies or auth flows,
-and skipping them takes about a third off the client's own cost of an exec
-round trip (docs/BENCHMARKS.md).
+and each of those layers costs CPU on every exec round trip, which
+docs/BENCHMARKS.md compares with the Go SDK's.
 """
 
 from __future__ import annotations
