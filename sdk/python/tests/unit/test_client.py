@@ -136,3 +136,34 @@ async def test_async_errors():
     c, _ = async_client(lambda r: httpx.Response(409, json={"error": {"code": "failed_precondition", "message": "paused"}}))
     with pytest.raises(corral.FailedPrecondition):
         await c.get("x")
+
+
+def test_event_and_watch_streams():
+    def handler(req):
+        if req.url.path == "/v1/events":
+            assert req.url.params["type"] == "created,deleted"
+            return httpx.Response(200, content=ndjson(
+                {"type": "created", "sandbox_id": "a", "time": "2026-01-01T00:00:00Z"},
+                {"type": "error", "error": {"code": "resource_exhausted", "message": "too slow"}}))
+        return httpx.Response(200, content=ndjson({"type": "create", "path": "/w/f"}, {"type": "remove", "path": "/w/f"}))
+
+    c, _ = client(handler)
+    events = c.events(types=["created", "deleted"])
+    first = next(events)
+    assert first.type == "created" and first.sandbox_id == "a" and first.time.year == 2026
+    with pytest.raises(corral.ResourceExhausted):
+        next(events)
+    with corral.Sandbox(c, sandbox_json()).files.watch("/w") as watch:
+        assert [(e.type, e.path) for e in watch] == [("create", "/w/f"), ("remove", "/w/f")]
+
+
+def test_run_reports_the_sandbox_removal_failure():
+    def handler(req):
+        assert json.loads(req.content)["remove"] is True
+        return httpx.Response(200, content=ndjson(
+            {"type": "sandbox", "sandbox": sandbox_json()}, {"type": "stdout", "text": "hi\n"},
+            {"type": "exit", "exit_code": 0}, {"type": "error", "error": {"code": "internal", "message": "delete failed"}}))
+
+    c, _ = client(handler)
+    with pytest.raises(corral.Internal, match="delete failed"):
+        c.run("echo hi")
