@@ -1,6 +1,10 @@
 package pysdk
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/corralrun/corral/internal/testutil"
+)
 
 // TestUnit runs the unit tests: requests, stream readers, errors and tar
 // safety against a fake daemon, for the blocking and the asyncio client.
@@ -26,15 +30,18 @@ func TestLive(t *testing.T) {
 }
 
 // TestCodeInterpreter runs run_code and the code contexts against
-// sandboxes of the code-interpreter template on runc and gVisor (see
+// sandboxes of the code-interpreter template on runc and on gVisor, both
+// from one daemon: the template is imported once (see
 // daemontest.CodeInterpreterTemplate: built once per test run, minutes).
 func TestCodeInterpreter(t *testing.T) {
 	requirePython(t)
+	d, env := startDaemon(t, "runc")
+	d.CodeInterpreterTemplate("code-interpreter")
+	env = append(env, "CORRAL_TEST_CODE_TEMPLATE=code-interpreter")
 	for _, runtime := range []string{"runc", "gvisor"} {
 		t.Run(runtime, func(t *testing.T) {
-			d, env := startDaemon(t, runtime)
-			d.CodeInterpreterTemplate("code-interpreter")
-			pytest(t, append(env, "CORRAL_TEST_CODE_TEMPLATE=code-interpreter"), "-m", "code", "tests/live")
+			testutil.RequiresBinary(t, runtimeBinary[runtime])
+			pytest(t, append(env, "CORRAL_TEST_RUNTIME="+runtime), "-m", "code", "tests/live")
 		})
 	}
 }

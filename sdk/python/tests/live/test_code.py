@@ -20,8 +20,11 @@ def code_template() -> str:
 
 
 @pytest.fixture
-def csb(new_sandbox, code_template):
-    return new_sandbox(template=code_template, memory_mb=1024)
+def csb(new_sandbox, code_template, runtime):
+    sb = new_sandbox(template=code_template, memory_mb=1024)
+    if runtime:
+        assert sb.runtime == runtime
+    return sb
 
 
 CHART = """
