@@ -212,3 +212,17 @@ def test_templates_pools_and_volumes(client, template, runtime, run_id, new_sand
         assert claimed.exec(["true"]).ok
     finally:
         client.pools.delete(pool)
+
+
+def test_create_env_and_oom(new_sandbox, runtime):
+    sb = new_sandbox(env={"FROM_CREATE": "yes"}, memory_mb=64)
+    assert sb.memory_mb == 64
+    assert sb.exec("echo $FROM_CREATE").stdout == "yes\n"
+    if runtime == "gvisor":
+        # Under gVisor a host OOM ends the whole sandbox rather than one
+        # process, so the exec's oom_killed flag is checked on runc.
+        return
+    # dd allocates its whole 1 GiB block before it reads.
+    res = sb.exec("dd if=/dev/zero of=/dev/null bs=1G count=1")
+    assert res.oom_killed and res.exit_code != 0
+    assert sb.exec(["echo", "alive"]).stdout == "alive\n"
