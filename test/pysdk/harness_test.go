@@ -36,9 +36,17 @@ var runtimeBinary = map[string]string{"runc": "runc", "gvisor": "runsc"}
 func requirePython(t testing.TB) {
 	t.Helper()
 	testutil.RequiresBinary(t, python)
-	out, err := exec.Command(python, "-c", "import httpx, websockets, pytest, pytest_asyncio").CombinedOutput()
-	if err != nil {
-		msg := "python3 lacks the SDK's dependencies (python3-httpx, python3-websockets, python3-pytest, python3-pytest-asyncio; scripts/deps.sh installs them): " + strings.TrimSpace(string(out))
+	requireModule(t, "httpx, websockets, pytest, pytest_asyncio",
+		"python3-httpx, python3-websockets, python3-pytest, python3-pytest-asyncio")
+}
+
+// requireModule skips (or, under CORRAL_TEST_REQUIRE=1, fails) unless
+// Debian's python3 can import module, which the Debian package pkg
+// provides (pkg may name several).
+func requireModule(t testing.TB, module, pkg string) {
+	t.Helper()
+	if out, err := exec.Command(python, "-c", "import "+module).CombinedOutput(); err != nil {
+		msg := "python3 cannot import " + module + " (Debian package " + pkg + "; scripts/deps.sh installs it): " + strings.TrimSpace(string(out))
 		if testutil.Required() {
 			t.Fatalf("requirement missing (CORRAL_TEST_REQUIRE=1): %s", msg)
 		}

@@ -1,6 +1,7 @@
 package pysdk
 
 import (
+	"os/exec"
 	"testing"
 
 	"github.com/corralrun/corral/internal/testutil"
@@ -11,6 +12,20 @@ import (
 func TestUnit(t *testing.T) {
 	requirePython(t)
 	pytest(t, nil, "tests/unit")
+}
+
+// TestTypes checks the package's type hints (it ships py.typed) with
+// mypy for Python 3.9, the oldest it supports, together with
+// tests/typing/usage.py, typical uses that must type-check.
+func TestTypes(t *testing.T) {
+	requirePython(t)
+	requireModule(t, "mypy", "python3-mypy")
+	cmd := exec.Command(python, "-m", "mypy", "--python-version", "3.9", "--ignore-missing-imports",
+		"--cache-dir", t.TempDir(), "--no-error-summary", "corral", "tests/typing/usage.py")
+	cmd.Dir = sdkDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mypy: %v\n%s", err, out)
+	}
 }
 
 // TestLive runs every live test but the code interpreter's against a

@@ -238,7 +238,7 @@ def _lines(resp: httpx.Response) -> Iterator[bytes]:
     """The non-empty lines of an answer's body as they arrive."""
     buf = _wire.LineBuffer()
     try:
-        for chunk in resp.stream:
+        for chunk in resp.stream:  # type: ignore[union-attr]
             yield from buf.feed(chunk)
     except httpx.TransportError as e:
         raise _errors.Unavailable(f"stream from the daemon broke: {e}") from e
@@ -674,7 +674,7 @@ class Files:
         resp = self._client._send(self._ops.get_archive(remote_dir))
         with tempfile.SpooledTemporaryFile(max_size=_tar.SPOOL) as archive:
             try:
-                for chunk in resp.stream:
+                for chunk in resp.stream:  # type: ignore[union-attr]
                     archive.write(chunk)
             except httpx.TransportError as e:
                 raise _errors.Unavailable(f"download broke: {e}") from e
