@@ -14,8 +14,8 @@ PKGS="runc btrfs-progs debootstrap busybox-static util-linux iproute2 nftables c
 PKGS="$PKGS python3-ipykernel python3-pandas python3-matplotlib"
 # The Python SDK (sdk/python) and its tests, run by Debian's python3:
 # httpx and websockets are its dependencies, pytest runs its tests and
-# mypy checks its type hints.
-PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio python3-mypy"
+# mypy checks its type hints; venv lets a test install it with pip.
+PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio python3-mypy python3-venv"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,7 +1,10 @@
 package pysdk
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/corralrun/corral/internal/testutil"
@@ -25,6 +28,39 @@ func TestTypes(t *testing.T) {
 	cmd.Dir = sdkDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("mypy: %v\n%s", err, out)
+	}
+}
+
+// TestInstall installs the package with pip from the tree alone (no
+// package index: its in-tree build backend needs nothing) into a virtual
+// environment that sees Debian's packages, where pip must find the
+// dependencies it declares, and imports it from there.
+func TestInstall(t *testing.T) {
+	requirePython(t)
+	requireModule(t, "venv, ensurepip", "python3-venv")
+	src, err := filepath.Abs(sdkDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv := filepath.Join(t.TempDir(), "venv")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = t.TempDir() // not the source tree, which would shadow the install
+		cmd.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PYTHONDONTWRITEBYTECODE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run(python, "-m", "venv", "--system-site-packages", venv)
+	run(filepath.Join(venv, "bin", "pip"), "install", "--no-index", src)
+	out := run(filepath.Join(venv, "bin", "python"), "-c",
+		"import os, corral; print(corral.__file__); print(os.path.exists(os.path.join(os.path.dirname(corral.__file__), 'py.typed'))); corral.Client('unix:///nowhere.sock').close()")
+	lines := strings.Fields(out)
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], venv+"/") || lines[1] != "True" {
+		t.Fatalf("the installed package: %q, want a module under %s with py.typed", out, venv)
 	}
 }
 
