@@ -430,6 +430,10 @@ class AsyncSandbox(SandboxFields):
     async def mount_changes(self, target: str) -> List[Dict[str, str]]:
         return await self._client._call(R.mount_changes(self.id, target))
 
+    def port_url(self, port: int, path: str = "/") -> str:
+        """See :meth:`corral.Sandbox.port_url` (no I/O: not a coroutine)."""
+        return self._client._ep.base_url + _ops.sandbox_path(self.id, f"/ports/{int(port)}/{path.lstrip('/')}")
+
     async def kill(self) -> None:
         await self._client.delete(self.id)
 
@@ -607,6 +611,42 @@ class AsyncTemplates(_AsyncNamed[Template]):
     ) -> Template:
         req = R.pull_template(name, ref, platform, insecure, service)
         return await self._c._consume(req, _ops.BuildReader(on_log, on_progress))
+
+    async def build_dockerfile(
+        self,
+        name: str,
+        dockerfile: Union[str, bytes],
+        *,
+        context_dir: Optional[str] = None,
+        args: Optional[Mapping[str, str]] = None,
+        platform: Optional[str] = None,
+        insecure: bool = False,
+        no_cache: bool = False,
+        network: Optional[str] = None,
+        allow_domains: Optional[Sequence[str]] = None,
+        start: Optional[str] = None,
+        ready: Optional[str] = None,
+        ready_port: Optional[int] = None,
+        ready_url: Optional[str] = None,
+        ready_timeout: Optional[float] = None,
+        restart: Optional[str] = None,
+        no_start: bool = False,
+        on_log: OnText = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    ) -> Template:
+        """See :meth:`corral.Client.templates.build_dockerfile`; the
+        context's archive is built on a worker thread."""
+        params = R.dockerfile_params(args, platform, insecure, no_cache, network, allow_domains, start, ready,
+                                     ready_port, ready_url, ready_timeout, restart, no_start)  # fmt: skip
+        context = None
+        if context_dir is not None:
+            context = await asyncio.get_running_loop().run_in_executor(None, _tar.pack, context_dir)
+        try:
+            req = R.dockerfile_build(name, dockerfile, context, params)
+            return await self._c._consume(req, _ops.BuildReader(on_log, on_progress))
+        finally:
+            if context is not None:
+                context.close()
 
     async def set_service(self, name: str, service: Optional[Mapping[str, Any]]) -> Template:
         return await self._c._call(R.set_service(name, service))

@@ -167,3 +167,48 @@ def test_run_reports_the_sandbox_removal_failure():
     c, _ = client(handler)
     with pytest.raises(corral.Internal, match="delete failed"):
         c.run("echo hi")
+
+
+async def test_async_dockerfile_build(tmp_path):
+    (tmp_path / "f.txt").write_text("F")
+    seen = {}
+
+    def handler(req):
+        seen["body"] = req.content
+        seen["params"] = dict(req.url.params)
+        return httpx.Response(200, content=ndjson({"type": "log", "text": "COPY"}, {"type": "done", "template": {"name": "t"}}))
+
+    c, _ = async_client(handler)
+    logs = []
+    t = await c.templates.build_dockerfile("t", "FROM scratch\nCOPY f.txt /\n", context_dir=str(tmp_path), no_cache=True,
+                                           on_log=logs.append)
+    assert t.name == "t" and logs == ["COPY"] and seen["params"] == {"no_cache": "true"}
+    assert b"FROM scratch" in seen["body"] and b"f.txt" in seen["body"]
+
+
+@pytest.mark.parametrize(
+    "blocking,asynchronous",
+    [
+        ("Client", "AsyncClient"),
+        ("Sandbox", "AsyncSandbox"),
+        ("Process", "AsyncProcess"),
+        ("Files", "AsyncFiles"),
+        ("_client.Templates", "_async.AsyncTemplates"),
+        ("_client.Pools", "_async.AsyncPools"),
+        ("_client.Snapshots", "_async.AsyncSnapshots"),
+        ("_client.Volumes", "_async.AsyncVolumes"),
+    ],
+)
+def test_the_async_twin_has_the_same_names(blocking, asynchronous):
+    import inspect
+    from functools import reduce
+
+    def public(path):
+        cls = reduce(getattr, path.split("."), corral)
+        return {n: getattr(cls, n) for n in dir(cls) if not n.startswith("_")}
+
+    sync, aio = public(blocking), public(asynchronous)
+    assert set(sync) == set(aio)
+    for name, fn in sync.items():
+        if inspect.isfunction(fn):
+            assert list(inspect.signature(fn).parameters) == list(inspect.signature(aio[name]).parameters), name
