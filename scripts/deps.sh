@@ -12,6 +12,10 @@ cd "$(dirname "$0")/.."
 # pandas and matplotlib for rich results) on the host, outside a sandbox.
 PKGS="runc btrfs-progs debootstrap busybox-static util-linux iproute2 nftables ca-certificates curl unzip tmux"
 PKGS="$PKGS python3-ipykernel python3-pandas python3-matplotlib"
+# The Python SDK (sdk/python) and its tests, run by Debian's python3:
+# httpx and websockets are its dependencies, pytest runs its tests and
+# mypy checks its type hints; venv lets a test install it with pip.
+PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio python3-mypy python3-venv"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
