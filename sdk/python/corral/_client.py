@@ -669,8 +669,10 @@ class Files:
 
     def download(self, remote_dir: str, local_dir: str) -> None:
         """Copies ``remote_dir`` (a directory's contents, or a file) into
-        ``local_dir``, created if missing. The archive is untrusted: names
-        that leave ``local_dir`` are refused."""
+        ``local_dir``, created if missing. The archive is untrusted: an
+        entry that would leave ``local_dir`` or be written through a
+        symbolic link, and a link that may lead outside it, raise
+        ValueError; setuid, setgid and sticky bits are dropped."""
         resp = self._client._send(self._ops.get_archive(remote_dir))
         with tempfile.SpooledTemporaryFile(max_size=_tar.SPOOL) as archive:
             try:
