@@ -47,13 +47,6 @@ async def _aiter_chunks(data: Any) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _invoke(cb: Optional[_ops.Callback]) -> None:
-    if cb is not None:
-        r = cb.fn(cb.arg)
-        if asyncio.iscoroutine(r):
-            await r
-
-
 class AsyncClient:
     """The asyncio twin of :class:`corral.Client`: the same methods and
     arguments, each awaited (``await client.create(...)``), and ``async
@@ -106,7 +99,7 @@ class AsyncClient:
         try:
             async for line in _lines(resp):
                 if not reader.finished:
-                    await _invoke(reader.feed(json.loads(line)))
+                    await _ops.ainvoke(reader.feed(json.loads(line)))
         finally:
             await resp.aclose()
         return reader.result()

@@ -106,9 +106,7 @@ class Client:
         try:
             for line in _lines(resp):
                 if not reader.finished:
-                    cb = reader.feed(json.loads(line))
-                    if cb is not None:
-                        cb.fn(cb.arg)
+                    _ops.invoke(reader.feed(json.loads(line)))
         finally:
             resp.close()
         return reader.result()

@@ -7,6 +7,7 @@ readers, so the two differ only in how bytes move.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import codecs
 import json
@@ -293,13 +294,43 @@ def exec_body(
 
 class Callback:
     """A user callback to invoke with one argument (awaited when the
-    callback is a coroutine function and the client is async)."""
+    callback is a coroutine function and the client is async), followed
+    by ``then`` when one event calls several."""
 
-    __slots__ = ("fn", "arg")
+    __slots__ = ("fn", "arg", "then")
 
-    def __init__(self, fn: Callable[[Any], Any], arg: Any) -> None:
+    def __init__(self, fn: Callable[[Any], Any], arg: Any, then: Optional["Callback"] = None) -> None:
         self.fn = fn
         self.arg = arg
+        self.then = then
+
+
+def chain(first: Optional[Callback], second: Optional[Callback]) -> Optional[Callback]:
+    """first, then second (either may be None)."""
+    if first is None:
+        return second
+    last = first
+    while last.then is not None:
+        last = last.then
+    last.then = second
+    return first
+
+
+def invoke(cb: Optional[Callback]) -> None:
+    """Calls cb and the callbacks chained to it (the blocking drivers)."""
+    while cb is not None:
+        cb.fn(cb.arg)
+        cb = cb.then
+
+
+async def ainvoke(cb: Optional[Callback]) -> None:
+    """Calls cb and the callbacks chained to it, awaiting those that are
+    coroutine functions (the asyncio drivers)."""
+    while cb is not None:
+        r = cb.fn(cb.arg)
+        if asyncio.iscoroutine(r):
+            await r
+        cb = cb.then
 
 
 def event_bytes(ev: Mapping[str, Any]) -> bytes:
@@ -340,6 +371,15 @@ class _Output:
         text = self.decoder.decode(data)
         return Callback(self.callback, text) if text else None
 
+    def flush(self) -> Optional[Callback]:
+        """The callback with an incomplete character left at the end of
+        the stream (decoded as U+FFFD), so that the callback text joined
+        equals the decoded output."""
+        if self.callback is None:
+            return None
+        text = self.decoder.decode(b"", final=True)
+        return Callback(self.callback, text) if text else None
+
     def value(self) -> bytes:
         return b"".join(self.chunks)
 
@@ -362,9 +402,14 @@ class ExecReader:
         elif typ == "exit":
             self.exit = exit_result(ev, self.pid)
             self.finished = True
+            return self.flush()
         elif typ == "error":
             raise _errors.error_from_detail(ev.get("error"), "stream failed without a reason")
         return None
+
+    def flush(self) -> Optional[Callback]:
+        """The callbacks with what the decoders hold at the end."""
+        return chain(self.out["stdout"].flush(), self.out["stderr"].flush())
 
     def result(self) -> ExecResult:
         if self.exit is None:
@@ -459,6 +504,8 @@ class WaitReader:
         self.finished = self.output.finished
         if item is not None:
             return self.exec.out[item.stream].add(item.data)
+        if self.finished:
+            return self.exec.flush()
         return None
 
     def result(self) -> ExecResult:

@@ -213,3 +213,18 @@ def test_line_buffer():
     assert buf.feed(b"") == []
     assert buf.rest() == b'{"c"' and buf.rest() is None
     assert LineBuffer().feed(b"x" * 100 + b"\n") == [b"x" * 100]
+
+
+@pytest.mark.parametrize("make", [lambda out, err: _ops.ExecReader(out, err), lambda out, err: _ops.WaitReader(7, out, err)])
+def test_readers_flush_an_incomplete_character_at_the_exit(make):
+    out, err = [], []
+    r = make(out.append, err.append)
+    for ev in [
+        {"type": "start", "pid": 7},
+        {"type": "stdout", "data": base64.b64encode(b"a\xe2\x82").decode(), "offset": 0},
+        {"type": "stderr", "data": base64.b64encode(b"\xf0").decode(), "offset": 3},
+        {"type": "exit", "exit_code": 0},
+    ]:
+        _ops.invoke(r.feed(ev))
+    res = r.result()
+    assert "".join(out) == res.stdout == "a\ufffd" and "".join(err) == res.stderr == "\ufffd"
