@@ -335,7 +335,7 @@ class AsyncSandbox(SandboxFields):
 
     async def attach(self, pid: int, *, from_offset: int = 0) -> AsyncAttachSession:
         """See :meth:`corral.Sandbox.attach`."""
-        return await AsyncAttachSession.open(self._client._ep, self.id, pid, from_offset)
+        return await AsyncAttachSession.open(self._client._ep, self.id, pid, from_offset, self._client._call)
 
     def _process(self, data: Any) -> "AsyncProcess":
         return AsyncProcess(self, data)

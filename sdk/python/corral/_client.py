@@ -398,7 +398,7 @@ class Sandbox(SandboxFields):
         ``from_offset`` (what is still buffered, then live), its stdin, its
         terminal size and signals. Closing the session leaves the process
         running."""
-        return AttachSession(self._client._ep, self.id, pid, from_offset)
+        return AttachSession(self._client._ep, self.id, pid, from_offset, self._client._call)
 
     def _process(self, data: Any) -> "Process":
         return Process(self, data)
