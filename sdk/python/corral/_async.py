@@ -325,7 +325,15 @@ class AsyncSandbox(SandboxFields):
     ) -> AsyncAttachSession:
         """See :meth:`corral.Sandbox.pty`."""
         proc = await self._client._call(R.pty(self.id, cmd, cols, rows, env, cwd, user, tag, self._process))
-        return await self.attach(proc.pid)
+        try:
+            return await self.attach(proc.pid)
+        except BaseException:
+            # Nobody could reach the terminal: end the process it started.
+            try:
+                await proc.kill()
+            except _errors.CorralError:
+                pass
+            raise
 
     async def processes(self) -> List["AsyncProcess"]:
         return await self._client._call(R.processes(self.id, self._process))

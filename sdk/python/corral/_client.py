@@ -383,7 +383,15 @@ class Sandbox(SandboxFields):
         size. Closing the session leaves the process running; ``kill`` ends
         it."""
         proc = self._client._call(R.pty(self.id, cmd, cols, rows, env, cwd, user, tag, self._process))
-        return self.attach(proc.pid)
+        try:
+            return self.attach(proc.pid)
+        except BaseException:
+            # Nobody could reach the terminal: end the process it started.
+            try:
+                proc.kill()
+            except _errors.CorralError:
+                pass
+            raise
 
     def processes(self) -> List["Process"]:
         """The sandbox's running processes and the exited ones it keeps."""

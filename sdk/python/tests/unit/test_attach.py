@@ -161,6 +161,27 @@ async def test_async_session_raises_a_refused_stdin_write_on_the_next_call(daemo
         await s.close()
 
 
+def pty_started(req):
+    if req.url.path.endswith("/processes"):
+        return httpx.Response(200, json={"pid": 9, "running": True})
+    return httpx.Response(204)
+
+
+def test_pty_kills_the_process_when_attaching_fails(tmp_path):
+    c, rec = http(tmp_path / "no-daemon.sock", pty_started)
+    with pytest.raises(corral.Unavailable):
+        corral.Sandbox(c, sandbox_json()).pty()
+    last = rec.requests[-1]
+    assert (last.method, last.url.path, json.loads(last.content)) == ("POST", "/v1/sandboxes/sb1/processes/9/signal", {"signal": "SIGKILL"})
+
+
+async def test_async_pty_kills_the_process_when_attaching_fails(tmp_path):
+    c, rec = async_http(tmp_path / "no-daemon.sock", pty_started)
+    with pytest.raises(corral.Unavailable):
+        await corral.AsyncSandbox(c, sandbox_json()).pty()
+    assert rec.requests[-1].url.path == "/v1/sandboxes/sb1/processes/9/signal"
+
+
 async def test_an_event_that_is_not_json_is_an_internal_error():
     class Conn:
         async def recv(self):
