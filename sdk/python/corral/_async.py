@@ -43,7 +43,18 @@ Network = Union[None, str, NetworkPolicy, Mapping[str, Any]]
 
 
 async def _aiter_chunks(data: Any) -> AsyncIterator[bytes]:
-    for chunk in _ops.chunks(data):
+    """The chunks of a request body; reading a file object (or the
+    iterable of chunks given) happens on a worker thread, off the event
+    loop."""
+    if isinstance(data, (str, bytes, bytearray, memoryview)):
+        yield _ops.to_bytes(data)
+        return
+    loop = asyncio.get_running_loop()
+    it = iter(_ops.chunks(data))
+    while True:
+        chunk: Optional[bytes] = await loop.run_in_executor(None, next, it, None)
+        if chunk is None:
+            return
         yield chunk
 
 
@@ -539,19 +550,21 @@ class AsyncFiles:
             await self._client._call(self._ops.put_archive(remote_dir, archive))
 
     async def download(self, remote_dir: str, local_dir: str) -> None:
-        """See :meth:`corral.Files.download`; extraction runs on a worker
-        thread."""
+        """See :meth:`corral.Files.download`; spooling the archive and
+        extracting it run on worker threads."""
         resp = await self._client._send(self._ops.get_archive(remote_dir))
+        loop = asyncio.get_running_loop()
         with tempfile.SpooledTemporaryFile(max_size=_tar.SPOOL) as archive:
             try:
                 async for chunk in resp.stream:  # type: ignore[union-attr]
-                    archive.write(chunk)
+                    # Past SPOOL bytes the spool is a file on disk.
+                    await loop.run_in_executor(None, archive.write, chunk)
             except httpx.TransportError as e:
                 raise _errors.Unavailable(f"download broke: {e}") from e
             finally:
                 await resp.aclose()
             archive.seek(0)
-            await asyncio.get_running_loop().run_in_executor(None, _tar.extract, archive, local_dir)
+            await loop.run_in_executor(None, _tar.extract, archive, local_dir)
 
     async def watch(self, path: str, *, recursive: bool = False) -> AsyncStream[WatchEvent]:
         return AsyncStream(await self._client._send(self._ops.watch(path, recursive)), _ops.WatchReader())

@@ -1,4 +1,5 @@
 import json
+import threading
 
 import httpx
 import pytest
@@ -212,3 +213,26 @@ def test_the_async_twin_has_the_same_names(blocking, asynchronous):
     for name, fn in sync.items():
         if inspect.isfunction(fn):
             assert list(inspect.signature(fn).parameters) == list(inspect.signature(aio[name]).parameters), name
+
+
+async def test_async_file_bodies_are_read_off_the_event_loop(tmp_path):
+    loop_thread = threading.get_ident()
+    readers = []
+
+    class File:
+        def __init__(self, data):
+            self.data = data
+
+        def read(self, n):
+            readers.append(threading.get_ident())
+            chunk, self.data = self.data[:n], self.data[n:]
+            return chunk
+
+    def handler(req):
+        assert req.read() == b"x" * (300 << 10)
+        return httpx.Response(200, json={"name": "f", "path": "/f", "size": 1, "mode": 420})
+
+    c, _ = async_client(handler)
+    sb = corral.AsyncSandbox(c, sandbox_json())
+    await sb.files.write("/f", File(b"x" * (300 << 10)))
+    assert readers and loop_thread not in readers
