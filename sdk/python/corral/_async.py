@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 from typing import Any, AsyncIterator, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
 
@@ -110,7 +109,7 @@ class AsyncClient:
         try:
             async for line in _lines(resp):
                 if not reader.finished:
-                    await _ops.ainvoke(reader.feed(json.loads(line)))
+                    await _ops.ainvoke(reader.feed(_wire.event(line)))
         finally:
             await resp.aclose()
         return reader.result()
@@ -235,19 +234,21 @@ class AsyncStream(Generic[T]):
         return self
 
     async def __anext__(self) -> T:
-        while not self._reader.finished:
-            try:
-                line = await self._lines.__anext__()
-            except StopAsyncIteration:
-                await self.aclose()
-                self._reader.end()
-                raise
-            except _errors.CorralError:
-                await self.aclose()
-                raise
-            item = self._reader.feed(json.loads(line))
-            if item is not None:
-                return item
+        # Whatever ends the iteration (the end, an error event, a broken
+        # stream) closes the stream.
+        try:
+            while not self._reader.finished:
+                try:
+                    line = await self._lines.__anext__()
+                except StopAsyncIteration:
+                    self._reader.end()
+                    break
+                item = self._reader.feed(_wire.event(line))
+                if item is not None:
+                    return item
+        except BaseException:
+            await self.aclose()
+            raise
         await self.aclose()
         raise StopAsyncIteration
 

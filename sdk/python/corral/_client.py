@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from typing import Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union
 
@@ -106,7 +105,7 @@ class Client:
         try:
             for line in _lines(resp):
                 if not reader.finished:
-                    _ops.invoke(reader.feed(json.loads(line)))
+                    _ops.invoke(reader.feed(_wire.event(line)))
         finally:
             resp.close()
         return reader.result()
@@ -258,19 +257,20 @@ class Stream(Generic[T]):
         return self
 
     def __next__(self) -> T:
-        while not self._reader.finished:
-            try:
-                line = next(self._lines)
-            except StopIteration:
-                self.close()
-                self._reader.end()
-                raise
-            except _errors.CorralError:
-                self.close()
-                raise
-            item = self._reader.feed(json.loads(line))
-            if item is not None:
-                return item
+        # Whatever ends the iteration (the end, an error event, a broken
+        # stream) closes the stream.
+        try:
+            while not self._reader.finished:
+                line = next(self._lines, None)
+                if line is None:
+                    self._reader.end()
+                    break
+                item = self._reader.feed(_wire.event(line))
+                if item is not None:
+                    return item
+        except BaseException:
+            self.close()
+            raise
         self.close()
         raise StopIteration
 

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 import httpx
 
+from . import _errors
 from ._host import CONNECT_TIMEOUT, Endpoint
 from ._ops import Request
 
@@ -38,6 +39,15 @@ def http_request(ep: Endpoint, headers: dict, req: Request, content: Any) -> htt
     if isinstance(content, str):
         content = content.encode("utf-8")
     return httpx.Request(req.method, url, headers=h, content=content, extensions={"timeout": _TIMEOUTS})
+
+
+def event(line: bytes) -> Any:
+    """The value of one line of an NDJSON stream; a line that is not JSON
+    raises Internal."""
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise _errors.Internal(f"the daemon's stream sent a line that is not JSON ({e}): {line[:200]!r}") from e
 
 
 class LineBuffer:

@@ -236,3 +236,55 @@ async def test_async_file_bodies_are_read_off_the_event_loop(tmp_path):
     sb = corral.AsyncSandbox(c, sandbox_json())
     await sb.files.write("/f", File(b"x" * (300 << 10)))
     assert readers and loop_thread not in readers
+
+
+class Body(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body that records whether the client closed it."""
+
+    def __init__(self, data):
+        self.data = data
+        self.closed = False
+
+    def __iter__(self):
+        yield self.data
+
+    async def __aiter__(self):
+        yield self.data
+
+    def close(self):
+        self.closed = True
+
+    async def aclose(self):
+        self.closed = True
+
+
+STREAM_ENDS = [
+    (ndjson({"type": "error", "error": {"code": "not_found", "message": "gone"}}), corral.NotFound),
+    (b"{not json\n", corral.Internal),
+]
+
+
+@pytest.mark.parametrize("data, error", STREAM_ENDS)
+def test_a_stream_that_fails_is_closed(data, error):
+    body = Body(data)
+    c, _ = client(lambda r: httpx.Response(200, stream=body))
+    stream = corral.Sandbox(c, sandbox_json()).files.watch("/w")
+    with pytest.raises(error):
+        next(stream)
+    assert body.closed
+
+
+@pytest.mark.parametrize("data, error", STREAM_ENDS)
+async def test_an_async_stream_that_fails_is_closed(data, error):
+    body = Body(data)
+    c, _ = async_client(lambda r: httpx.Response(200, stream=body))
+    stream = await corral.AsyncSandbox(c, sandbox_json()).files.watch("/w")
+    with pytest.raises(error):
+        await stream.__anext__()
+    assert body.closed
+
+
+def test_exec_with_a_line_that_is_not_json_raises_internal():
+    c, _ = client(lambda r: httpx.Response(200, content=b'{"type": "start", "pid": 1}\nnot json\n'))
+    with pytest.raises(corral.Internal, match="not JSON"):
+        corral.Sandbox(c, sandbox_json()).exec("true")
