@@ -6,6 +6,7 @@ client's handle (blocking or asyncio).
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _ops
@@ -226,25 +227,24 @@ def pull_template(name: str, ref: str, platform: Optional[str], insecure: bool, 
     return Request("POST", _named("templates", name, "/pull"), body=body)
 
 
-_BOUNDARY = "corral-build-7d1f3a9c5e2b4680"
-
-
 def dockerfile_build(name: str, dockerfile: Any, context: Any, params: Params) -> Request:
     """A multipart build: the Dockerfile, then (if given) a tar of the
-    context, streamed."""
+    context, streamed. The boundary is random for each request, so that
+    no Dockerfile or context can be made to contain it."""
+    boundary = "corral-build-" + uuid.uuid4().hex
 
     def parts() -> Iterator[bytes]:
-        yield (f"--{_BOUNDARY}\r\nContent-Disposition: form-data; name=\"dockerfile\"; filename=\"Dockerfile\"\r\n"
+        yield (f"--{boundary}\r\nContent-Disposition: form-data; name=\"dockerfile\"; filename=\"Dockerfile\"\r\n"
                "Content-Type: application/octet-stream\r\n\r\n").encode()  # fmt: skip
         yield _ops.to_bytes(dockerfile)
         if context is not None:
-            yield (f"\r\n--{_BOUNDARY}\r\nContent-Disposition: form-data; name=\"context\"; filename=\"context.tar\"\r\n"
+            yield (f"\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"context\"; filename=\"context.tar\"\r\n"
                    "Content-Type: application/x-tar\r\n\r\n").encode()  # fmt: skip
             yield from _ops.chunks(context)
-        yield f"\r\n--{_BOUNDARY}--\r\n".encode()
+        yield f"\r\n--{boundary}--\r\n".encode()
 
     return Request("POST", _named("templates", name, "/build"), params=params, content=parts(),
-                   content_type=f"multipart/form-data; boundary={_BOUNDARY}")  # fmt: skip
+                   content_type=f"multipart/form-data; boundary={boundary}")  # fmt: skip
 
 
 def dockerfile_params(

@@ -187,6 +187,7 @@ def test_dockerfile_build_request():
     boundary = req.content_type.split("boundary=")[1]
     assert body.startswith(b"--" + boundary.encode()) and body.endswith(b"--" + boundary.encode() + b"--\r\n")
     assert b'name="dockerfile"' in body and b"FROM scratch\n" in body and b'name="context"' in body and b"TAR" in body
+    assert R.dockerfile_build("t", "FROM scratch\n", None, []).content_type != req.content_type
 
 
 def test_build_reader():
