@@ -15,9 +15,9 @@ after the API's code (:class:`NotFound`, :class:`Busy`, ...).
 
 from __future__ import annotations
 
-from ._async import AsyncAttachSession, AsyncClient, AsyncFiles, AsyncProcess, AsyncSandbox, AsyncStream
+from ._async import AsyncAttachSession, AsyncClient, AsyncFiles, AsyncProcess, AsyncSandbox, AsyncStream, AsyncVolumeFiles
 from ._attach import AttachSession
-from ._client import Client, Files, OutputStream, Process, Sandbox, Stream
+from ._client import Client, Files, OutputStream, Process, Sandbox, Stream, VolumeFiles
 from ._errors import (
     AlreadyExists,
     Busy,
@@ -64,6 +64,7 @@ __all__ = [
     "AsyncProcess",
     "AsyncSandbox",
     "AsyncStream",
+    "AsyncVolumeFiles",
     "AttachSession",
     "Busy",
     "Client",
@@ -100,5 +101,6 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "Volume",
+    "VolumeFiles",
     "WatchEvent",
 ]

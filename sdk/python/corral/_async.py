@@ -505,8 +505,8 @@ class AsyncProcess(ProcessFields):
         await self._client._call(R.remove_process(self.sandbox_id, self.pid))
 
 
-class AsyncFiles:
-    """The asyncio twin of :class:`corral.Files`."""
+class AsyncVolumeFiles:
+    """The asyncio twin of :class:`corral.VolumeFiles`."""
 
     def __init__(self, client: AsyncClient, ops: FileOps) -> None:
         self._client = client
@@ -539,6 +539,10 @@ class AsyncFiles:
 
     async def mkdir(self, path: str, *, parents: bool = True) -> FileInfo:
         return await self._client._call(self._ops.mkdir(path, parents))
+
+
+class AsyncFiles(AsyncVolumeFiles):
+    """The asyncio twin of :class:`corral.Files`."""
 
     async def rename(self, src: str, dst: str) -> FileInfo:
         return await self._client._call(self._ops.rename(src, dst))
@@ -711,5 +715,5 @@ class AsyncVolumes(_AsyncNamed[Volume]):
     ) -> Volume:
         return await self._c._call(R.create_volume(name, size_bytes, labels))
 
-    def files(self, name: str) -> AsyncFiles:
-        return AsyncFiles(self._c, R.volume_files(name))
+    def files(self, name: str) -> AsyncVolumeFiles:
+        return AsyncVolumeFiles(self._c, R.volume_files(name))

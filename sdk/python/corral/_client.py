@@ -617,9 +617,10 @@ class Process(ProcessFields):
         self._client._call(R.remove_process(self.sandbox_id, self.pid))
 
 
-class Files:
-    """The files of a sandbox (``sb.files``) or a volume
-    (``client.volumes.files(name)``). Paths are absolute inside it."""
+class VolumeFiles:
+    """The files of a volume (``client.volumes.files(name)``): what the
+    daemon offers for volumes, which is also the base of a sandbox's
+    :class:`Files`. Paths are absolute inside it."""
 
     def __init__(self, client: Client, ops: FileOps) -> None:
         self._client = client
@@ -661,6 +662,12 @@ class Files:
     def mkdir(self, path: str, *, parents: bool = True) -> FileInfo:
         """Creates a directory (and its parents unless ``parents=False``)."""
         return self._client._call(self._ops.mkdir(path, parents))
+
+
+class Files(VolumeFiles):
+    """The files of a sandbox (``sb.files``): those of
+    :class:`VolumeFiles`, and rename, directory upload and download, and
+    watch. Paths are absolute inside it."""
 
     def rename(self, src: str, dst: str) -> FileInfo:
         """Moves a file or directory."""
@@ -863,7 +870,8 @@ class Volumes(_Named[Volume]):
         taken)."""
         return self._c._call(R.create_volume(name, size_bytes, labels))
 
-    def files(self, name: str) -> Files:
+    def files(self, name: str) -> VolumeFiles:
         """The files of volume ``name`` (read, write, list, stat, mkdir,
-        remove; no rename, archives or watch)."""
-        return Files(self._c, R.volume_files(name))
+        remove; the daemon offers no rename, archives or watch for
+        volumes)."""
+        return VolumeFiles(self._c, R.volume_files(name))

@@ -194,6 +194,7 @@ async def test_async_dockerfile_build(tmp_path):
         ("Sandbox", "AsyncSandbox"),
         ("Process", "AsyncProcess"),
         ("Files", "AsyncFiles"),
+        ("VolumeFiles", "AsyncVolumeFiles"),
         ("_client.Templates", "_async.AsyncTemplates"),
         ("_client.Pools", "_async.AsyncPools"),
         ("_client.Snapshots", "_async.AsyncSnapshots"),
@@ -288,3 +289,11 @@ def test_exec_with_a_line_that_is_not_json_raises_internal():
     c, _ = client(lambda r: httpx.Response(200, content=b'{"type": "start", "pid": 1}\nnot json\n'))
     with pytest.raises(corral.Internal, match="not JSON"):
         corral.Sandbox(c, sandbox_json()).exec("true")
+
+
+def test_volume_files_offer_what_the_daemon_serves_for_volumes():
+    c, rec = client(lambda r: httpx.Response(200, content=b"data"))
+    files = c.volumes.files("v")
+    assert isinstance(files, corral.VolumeFiles) and not isinstance(files, corral.Files)
+    assert not any(hasattr(files, n) for n in ("rename", "upload", "download", "watch"))
+    assert files.read("/f") == b"data" and rec.requests[0].url.path == "/v1/volumes/v/files"
