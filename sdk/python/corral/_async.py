@@ -443,10 +443,6 @@ class AsyncSandbox(SandboxFields):
     async def mount_changes(self, target: str) -> List[Dict[str, str]]:
         return await self._client._call(R.mount_changes(self.id, target))
 
-    def port_url(self, port: int, path: str = "/") -> str:
-        """See :meth:`corral.Sandbox.port_url` (no I/O: not a coroutine)."""
-        return self._client._ep.base_url + _ops.sandbox_path(self.id, f"/ports/{int(port)}/{path.lstrip('/')}")
-
     async def kill(self) -> None:
         await self._client.delete(self.id)
 

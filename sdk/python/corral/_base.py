@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Dict, List, Mapping, Optional
 
+from ._errors import FailedPrecondition
+from ._ops import sandbox_path
 from ._types import Mount, NetworkPolicy, ProcessInfo, from_json, parse_time
 
 
@@ -37,6 +39,8 @@ class SandboxFields:
     #: The daemon's whole answer, fields this library does not know
     #: included.
     raw: Dict[str, Any]
+    # The client the sandbox handle belongs to (blocking or asyncio).
+    _client: Any
 
     def _set(self, data: Mapping[str, Any]) -> None:
         if not isinstance(data, Mapping) or not data.get("id"):
@@ -60,6 +64,21 @@ class SandboxFields:
         self.idle_timeout = int(data.get("idle_timeout") or 0)
         self.on_deadline = data.get("on_deadline") or ""
         self.on_idle = data.get("on_idle") or ""
+
+    def port_url(self, port: int, path: str = "/") -> str:
+        """The daemon URL that forwards HTTP to ``port`` inside the
+        sandbox (send the client's API key with requests to it). It needs
+        a client connected over TCP (``http(s)://``): a unix socket has no
+        URL that other HTTP clients could use, so there it raises
+        :class:`FailedPrecondition`. Makes no request (not a coroutine in
+        the asyncio client either)."""
+        ep = self._client._ep
+        if ep.uds is not None:
+            raise FailedPrecondition(
+                f"port_url needs a client connected to the daemon over TCP (http:// or https://), not the unix socket {ep.uds}; "
+                f"reach the port through the daemon's TCP address, or use exec inside the sandbox"
+            )
+        return ep.base_url + sandbox_path(self.id, f"/ports/{int(port)}/{path.lstrip('/')}")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.template} {self.runtime} {self.state}>"

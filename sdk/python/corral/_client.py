@@ -537,11 +537,6 @@ class Sandbox(SandboxFields):
         deleted."""
         return self._client._call(R.mount_changes(self.id, target))
 
-    def port_url(self, port: int, path: str = "/") -> str:
-        """The daemon URL that forwards HTTP to ``port`` inside the
-        sandbox (send the client's API key with requests to it)."""
-        return self._client._ep.base_url + _ops.sandbox_path(self.id, f"/ports/{int(port)}/{path.lstrip('/')}")
-
     def kill(self) -> None:
         """Deletes the sandbox with everything in it."""
         self._client.delete(self.id)

@@ -297,3 +297,11 @@ def test_volume_files_offer_what_the_daemon_serves_for_volumes():
     assert isinstance(files, corral.VolumeFiles) and not isinstance(files, corral.Files)
     assert not any(hasattr(files, n) for n in ("rename", "upload", "download", "watch"))
     assert files.read("/f") == b"data" and rec.requests[0].url.path == "/v1/volumes/v/files"
+
+
+@pytest.mark.parametrize("make", [corral.Client, corral.AsyncClient])
+def test_port_url_needs_a_tcp_host(make):
+    sb = make("http://corral.test:1/api")._sandbox(sandbox_json())
+    assert sb.port_url(8080, "/x?y=1") == "http://corral.test:1/api/v1/sandboxes/sb1/ports/8080/x?y=1"
+    with pytest.raises(corral.FailedPrecondition, match="TCP"):
+        make("unix:///run/corral/corral.sock")._sandbox(sandbox_json()).port_url(8080)
