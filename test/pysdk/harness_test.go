@@ -89,7 +89,8 @@ func pytest(t *testing.T, env []string, args ...string) {
 // startDaemon starts a daemon whose sandboxes run on runtime, serving the
 // API on its unix socket and on a loopback TCP address with an API key,
 // and builds the busybox template "busybox". It returns the environment
-// that points the live tests at it. The daemon refuses creates once
+// that points the live tests at it and tells them the daemon is theirs
+// alone, so that at the end no sandbox at all may be left. The daemon refuses creates once
 // sandboxes' memory limits add up to the host's memory, so that a test
 // can reach a Busy answer without hundreds of sandboxes.
 func startDaemon(t testing.TB, runtime string) (*daemontest.Daemon, []string) {
@@ -109,5 +110,6 @@ func startDaemon(t testing.TB, runtime string) (*daemontest.Daemon, []string) {
 		"CORRAL_TEST_TCP_HOST=http://" + addr,
 		"CORRAL_TEST_TCP_KEY=" + key,
 		"CORRAL_TEST_MEMORY_COMMIT_RATIO=1",
+		"CORRAL_TEST_DEDICATED=1",
 	}
 }

@@ -1,9 +1,11 @@
 """Fixtures of the tests against a live daemon.
 
 They run when CORRAL_HOST names a daemon and skip otherwise, except under
-CORRAL_TEST_REQUIRE=1, where a missing daemon fails them. Every sandbox
-they make carries the metadata ``pytest=<run ID>``; at the end of the
-session none may be left.
+CORRAL_TEST_REQUIRE=1, where a missing daemon or setting fails them
+(``needs``). Every sandbox they make carries the metadata
+``pytest=<run ID>``; at the end of the session none may be left, and on a
+daemon that serves only the tests (CORRAL_TEST_DEDICATED=1, as test/pysdk
+starts it) no sandbox at all, whoever made it.
 
 Settings: CORRAL_TEST_TEMPLATE (default ``busybox``), CORRAL_TEST_RUNTIME
 (default: the daemon's), CORRAL_TEST_CODE_TEMPLATE (a code-interpreter
@@ -27,11 +29,13 @@ REQUIRED = os.environ.get("CORRAL_TEST_REQUIRE") == "1"
 
 
 def needs(name: str) -> str:
+    """The setting name; without it the test skips, or fails under
+    CORRAL_TEST_REQUIRE=1."""
     value = os.environ.get(name, "")
     if not value:
         if REQUIRED:
             pytest.fail(f"{name} is not set and CORRAL_TEST_REQUIRE=1")
-        pytest.skip(f"{name} is not set: no live daemon to test against")
+        pytest.skip(f"{name} is not set")
     return value
 
 
@@ -51,6 +55,8 @@ def client(meta: dict) -> Iterator[corral.Client]:
     with corral.Client(host) as c:
         yield c
         left = c.list(metadata=meta)
+        if os.environ.get("CORRAL_TEST_DEDICATED") == "1":
+            left = c.list()
         for sb in left:
             sb.kill()
         assert not left, f"tests left sandboxes behind: {[sb.id for sb in left]}"

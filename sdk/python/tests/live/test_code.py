@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import corral
+
+from .conftest import needs
 
 pytestmark = pytest.mark.code
 
 
 @pytest.fixture(scope="module")
 def code_template() -> str:
-    name = os.environ.get("CORRAL_TEST_CODE_TEMPLATE")
-    if not name:
-        pytest.skip("CORRAL_TEST_CODE_TEMPLATE is not set")
-    return name
+    return needs("CORRAL_TEST_CODE_TEMPLATE")
 
 
 @pytest.fixture

@@ -31,18 +31,14 @@ def test_streaming_exec(client, template):
 
 @pytest.mark.code
 def test_agent_tool(client):
-    template = os.environ.get("CORRAL_TEST_CODE_TEMPLATE")
-    if not template:
-        pytest.skip("CORRAL_TEST_CODE_TEMPLATE is not set")
+    template = needs("CORRAL_TEST_CODE_TEMPLATE")
     out = run_example("agent_tool.py", template, "import sys; print(6 * 7); sys.exit('boom')")
     assert out == "42\n\nstderr:\nboom\n\nexit status 1\n"
 
 
 @pytest.mark.code
 def test_chart_example(client, tmp_path):
-    template = os.environ.get("CORRAL_TEST_CODE_TEMPLATE")
-    if not template:
-        pytest.skip("CORRAL_TEST_CODE_TEMPLATE is not set")
+    template = needs("CORRAL_TEST_CODE_TEMPLATE")
     png = tmp_path / "chart.png"
     out = run_example("code_interpreter_chart.py", template, str(png))
     assert "last value: 1.0" in out

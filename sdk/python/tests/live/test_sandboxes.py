@@ -9,6 +9,8 @@ import pytest
 
 import corral
 
+from .conftest import needs
+
 
 def test_create_get_list_and_delete_on_exit(client, template, runtime, meta):
     with client.create(template, runtime=runtime, metadata={**meta, "case": "lifecycle"}, timeout=300) as sb:
@@ -84,9 +86,7 @@ def test_errors_map_to_exceptions(client, sb):
 
 
 def test_busy_has_a_retry_hint(new_sandbox, client):
-    ratio = float(os.environ.get("CORRAL_TEST_MEMORY_COMMIT_RATIO") or 0)
-    if not ratio:
-        pytest.skip("CORRAL_TEST_MEMORY_COMMIT_RATIO is not set")
+    ratio = float(needs("CORRAL_TEST_MEMORY_COMMIT_RATIO"))
     with open("/proc/meminfo") as f:
         total_kb = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
     cap_mb = int(total_kb * 1024 * ratio) // (1 << 20)
@@ -101,12 +101,10 @@ def test_busy_has_a_retry_hint(new_sandbox, client):
 
 
 def test_tcp_with_api_key(template, runtime, meta):
-    host = os.environ.get("CORRAL_TEST_TCP_HOST")
-    if not host:
-        pytest.skip("CORRAL_TEST_TCP_HOST is not set")
-    with pytest.raises(corral.Unauthenticated):
-        corral.Client(host, api_key="wrong").list()
-    with corral.Client(host, api_key=os.environ["CORRAL_TEST_TCP_KEY"]) as c:
+    host = needs("CORRAL_TEST_TCP_HOST")
+    with corral.Client(host, api_key="wrong") as wrong, pytest.raises(corral.Unauthenticated):
+        wrong.list()
+    with corral.Client(host, api_key=needs("CORRAL_TEST_TCP_KEY")) as c:
         with c.create(template, runtime=runtime, metadata=meta) as sb:
             assert sb.exec(["echo", "tcp"]).stdout == "tcp\n"
             with sb.pty(["/bin/sh"]) as term:
