@@ -381,7 +381,8 @@ class Sandbox(SandboxFields):
         ``cols`` x ``rows`` and attaches to it: :meth:`AttachSession.send`
         types, iterating reads the screen's bytes, ``resize`` changes the
         size. Closing the session leaves the process running; ``kill`` ends
-        it."""
+        it. When attaching fails, the process is killed and the error
+        raised."""
         proc = self._client._call(R.pty(self.id, cmd, cols, rows, env, cwd, user, tag, self._process))
         try:
             return self.attach(proc.pid)
