@@ -2,6 +2,7 @@
 socket for the session, a mock transport for the HTTP calls."""
 
 import asyncio
+import gc
 import json
 import threading
 
@@ -190,3 +191,13 @@ async def test_an_event_that_is_not_json_is_an_internal_error():
     s = _attach.AsyncAttachSession(Conn(), 5, 0)
     with pytest.raises(corral.Internal, match="not JSON"):
         await s.__anext__()
+
+
+def test_a_forgotten_session_frees_its_connection_and_thread(daemon):
+    d = daemon()
+    c, _ = http(d.path, lambda r: httpx.Response(204))
+    s = corral.Sandbox(c, sandbox_json()).attach(5)
+    thread = s._lt.thread
+    del s
+    gc.collect()
+    assert not thread.is_alive()
