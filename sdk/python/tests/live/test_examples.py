@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from .conftest import needs
+
 SDK = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
