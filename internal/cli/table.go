@@ -143,6 +143,9 @@ func commands() []command {
 			{"pool ls", "list pools with their ready sandboxes"},
 			{"pool rm NAME...", "delete pools and their unclaimed sandboxes"}}},
 
+		{name: "mcp", group: groupDaemon, run: (*cli).mcpServe, complete: noArgs, usage: []usageLine{
+			{"mcp [--template T] [--allow-runtime R]... [--max-sandboxes N] [--network M]", "serve the tools of the Model Context Protocol on stdin/stdout\n" +
+				"for an agent (Claude Desktop, Claude Code, Cursor); docs/MCP.md"}}},
 		{name: "server", group: groupDaemon, run: (*cli).server, complete: noArgs, usage: []usageLine{
 			{"server [flags]", "run the daemon"}}},
 		{name: "version", group: groupDaemon, run: (*cli).version, complete: noArgs, usage: []usageLine{

@@ -3,13 +3,14 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"github.com/corralrun/corral/internal/egress"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"time"
 
 	"github.com/corralrun/corral/internal/admission"
+	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/mcp"
 	"github.com/corralrun/corral/internal/sandbox"
 )
 
@@ -35,6 +36,10 @@ type Config struct {
 	// then required.
 	Listen string
 	APIKey string
+	// NoMCP turns off the MCP endpoint, which is served at /mcp on Listen
+	// behind APIKey; MCP is what MCP clients there may do.
+	NoMCP bool
+	MCP   mcp.Policy
 	// E2BListen, when set, serves the E2B-compatible API on this TCP
 	// address (point E2B_API_URL and E2B_SANDBOX_URL at it); APIKey is
 	// then required. E2BDomain is the sandbox domain that API reports, for
@@ -180,6 +185,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Listen != "" && c.APIKey == "" {
 		return errors.New("--listen needs an API key (--api-key or CORRAL_API_KEY): the TCP API must not be open")
+	}
+	if err := c.MCP.Check(); err != nil {
+		return fmt.Errorf("MCP policy (--mcp-*): %w", err)
 	}
 	abs, err := filepath.Abs(c.StateDir)
 	if err != nil {

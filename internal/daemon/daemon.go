@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +22,7 @@ import (
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
 	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/mcp"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/mounts"
 	"github.com/corralrun/corral/internal/network"
@@ -32,6 +34,7 @@ import (
 	"github.com/corralrun/corral/internal/storage/overlay"
 	"github.com/corralrun/corral/internal/subreaper"
 	"github.com/corralrun/corral/internal/templates"
+	corral "github.com/corralrun/corral/sdk"
 )
 
 // Daemon is a running Corral daemon.
@@ -53,6 +56,7 @@ type Daemon struct {
 	images  *templates.Service
 	servers []*http.Server
 	e2b     *e2b.Server
+	mcp     *mcp.Server
 	errc    chan error
 }
 
@@ -266,7 +270,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 }
 
 // serveAPI serves the REST API on the unix socket and, with
-// Config.Listen, on TCP behind the API key.
+// Config.Listen, on TCP behind the API key, with the MCP endpoint at /mcp.
 func (d *Daemon) serveAPI(context.Context) error {
 	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
 		Metrics: d.metrics, Logger: d.log})
@@ -276,11 +280,51 @@ func (d *Daemon) serveAPI(context.Context) error {
 	if d.cfg.Listen == "" {
 		return nil
 	}
-	h, err := srv.AuthHandler(d.cfg.APIKey)
+	api, err := srv.AuthHandler(d.cfg.APIKey)
 	if err != nil {
 		return err
 	}
-	return d.serveTCP(h)
+	l, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
+	}
+	if d.cfg.NoMCP {
+		d.serve(l, api)
+		return nil
+	}
+	// MCP sessions call the API through this same listener, with the key
+	// their client sent: the daemon's authentication and per-key limits
+	// apply to them as to any client.
+	self := loopback(l.Addr().(*net.TCPAddr))
+	d.mcp = mcp.New(mcp.Config{
+		Client: func(h http.Header) (*corral.Client, error) {
+			return corral.New("http://"+self, server.RequestKey(h))
+		},
+		Policy: d.cfg.MCP, Version: d.cfg.Version, Logger: d.log.With("component", "mcp"),
+	})
+	mh, err := srv.KeyHandler(d.cfg.APIKey, d.mcp.HTTPHandler(d.cfg.MCP.SessionIdle))
+	if err != nil {
+		l.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mh)
+	mux.Handle("/", api)
+	d.serve(l, mux)
+	return nil
+}
+
+// loopback is the address at which this host reaches a listener on addr:
+// a loopback address in place of an unspecified one.
+func loopback(addr *net.TCPAddr) string {
+	ip := addr.IP
+	switch {
+	case ip == nil || ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }
 
 // serveE2B serves the E2B-compatible API when Config.E2BListen asks for
@@ -328,6 +372,9 @@ func (d *Daemon) Stop(ctx context.Context) {
 func (d *Daemon) shutdown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if d.mcp != nil {
+		d.mcp.Close() // deletes the sessions' sandboxes through the API, so before it stops
+	}
 	if d.e2b != nil {
 		_ = d.e2b.Close() // its streams must end before Shutdown waits for them
 	}
@@ -416,15 +463,6 @@ func (d *Daemon) serveUnix(h http.Handler) error {
 	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
 		l.Close()
 		return err
-	}
-	d.serve(l, h)
-	return nil
-}
-
-func (d *Daemon) serveTCP(h http.Handler) error {
-	l, err := net.Listen("tcp", d.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
 	}
 	d.serve(l, h)
 	return nil

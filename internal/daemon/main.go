@@ -56,6 +56,7 @@ func parseFlags(args []string) (Config, bool) {
 	sandboxFlags(fs, &cfg)
 	networkFlags(fs, &cfg)
 	admissionFlags(fs, &cfg)
+	mcpFlags(fs, &cfg)
 	userns := fs.Bool("userns", true, "build new templates for sandboxes in user namespaces, where root is not host root")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -145,6 +146,12 @@ func admissionFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.IntVar(&cfg.PoolConcurrency, "pool-concurrency", 2, "warm pool sandboxes created at once, over all pools")
 	fs.DurationVar(&cfg.PoolRefillDelay, "pool-refill-delay", 250*time.Millisecond, "how long a pool waits after a claim before it replaces the member, so that the claimer's first requests get the CPUs (0: at once)")
 	fs.Var(poolsFlag{&cfg.Pools}, "pool", "warm pool name=NAME,template=T[,runtime=R][,size=N][,cpus=C][,memory=M][,pids=N][,disk=D][,network=MODE] (repeatable)")
+}
+
+// mcpFlags are the flags of the MCP endpoint.
+func mcpFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.BoolVar(&cfg.NoMCP, "no-mcp", false, "do not serve the Model Context Protocol at /mcp on --listen")
+	cfg.MCP.Flags(fs, "mcp-")
 }
 
 // DefaultLimits returns the resource limits of a sandbox that names none,

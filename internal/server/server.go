@@ -143,29 +143,48 @@ func (s *Server) Handler() http.Handler { return withPrincipal(unixPrincipal, s.
 // per-principal limits. An empty key is refused: the
 // daemon must not expose an unauthenticated TCP API.
 func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
+	h := withPrincipal(admission.APIKeyPrincipal(apiKey), s.mux)
+	return s.requireKey(apiKey, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The key goes no further: a request forwarded to a sandbox's
+		// port must not carry it in.
+		r.Header.Del("X-API-Key")
+		if bearer, _ := Credentials(r.Header, "Bearer"); bearer == apiKey {
+			r.Header.Del("Authorization")
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// KeyHandler returns h behind apiKey as AuthHandler checks it, with the
+// key left in the request, for a handler that calls the API itself with
+// its caller's key (the MCP endpoint). Refusals have the API's error
+// shape.
+func (s *Server) KeyHandler(apiKey string, h http.Handler) (http.Handler, error) {
+	return s.requireKey(apiKey, h)
+}
+
+func (s *Server) requireKey(apiKey string, h http.Handler) (http.Handler, error) {
 	if apiKey == "" {
 		return nil, errors.New("an API key is required to serve the API over TCP")
 	}
 	want := []byte(apiKey)
-	h := withPrincipal(admission.APIKeyPrincipal(apiKey), s.mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := r.Header.Get("X-API-Key")
-		bearer, _ := Credentials(r.Header, "Bearer")
-		if got == "" {
-			got = bearer
-		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		if subtle.ConstantTimeCompare([]byte(RequestKey(r.Header)), want) != 1 {
 			s.writeError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
 			return
 		}
-		// The key goes no further: a request forwarded to a sandbox's
-		// port must not carry it in.
-		r.Header.Del("X-API-Key")
-		if bearer == apiKey {
-			r.Header.Del("Authorization")
-		}
 		h.ServeHTTP(w, r)
 	}), nil
+}
+
+// RequestKey returns the API key a request carries: its X-API-Key header,
+// else its bearer token.
+func RequestKey(h http.Header) string {
+	if k := h.Get("X-API-Key"); k != "" {
+		return k
+	}
+	bearer, _ := Credentials(h, "Bearer")
+	return bearer
 }
 
 // Credentials returns the credentials of the request's Authorization
