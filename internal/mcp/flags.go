@@ -26,6 +26,7 @@ func (p *Policy) Flags(fs *flag.FlagSet, prefix string) {
 	fs.Var(listFlag{&p.Network.AllowDomains}, prefix+"allow-domain", "with --"+prefix+"network allowlist: a domain sandboxes may reach, NAME[:PORT,...] or *.NAME (repeatable)")
 	fs.Var(listFlag{&p.Network.AllowCIDRs}, prefix+"allow-cidr", "with --"+prefix+"network allowlist: an IPv4 range sandboxes may reach, ADDRESS[/BITS][:PORT,...] (repeatable)")
 	fs.DurationVar(&p.SessionIdle, prefix+"session-idle", 30*time.Minute, "delete a session's own sandbox after it was unused this long")
+	fs.DurationVar(&p.SessionTimeout, prefix+"session-timeout", 0, "most a session's own sandbox lives (0: until the session ends; a daemon with --max-timeout needs one)")
 }
 
 // Check validates a policy read from flags, splitting comma-separated
@@ -74,6 +75,9 @@ func (p *Policy) Check() error {
 	}
 	if p.SessionIdle <= 0 {
 		return fmt.Errorf("session idle timeout %s must be positive", p.SessionIdle)
+	}
+	if p.SessionTimeout < 0 {
+		return fmt.Errorf("session timeout %s is negative", p.SessionTimeout)
 	}
 	return nil
 }

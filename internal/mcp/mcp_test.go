@@ -281,13 +281,11 @@ func TestErrorsAreToolErrors(t *testing.T) {
 	s.fails(t, "invalid_argument", "files_write", map[string]any{"path": "/x", "content": "", "mode": "999"})
 	s.fails(t, "invalid_argument", "process_output", map[string]any{"pid": 0})
 	s.fails(t, "not_found", "sandbox_kill", map[string]any{"sandbox_id": "sb-nope"})
-	// Arguments that do not fit the schema are tool errors too.
-	if res := s.call(t, "exec", map[string]any{"command": 5}); !res.IsError {
-		t.Fatalf("a number as command: %s", text(res))
-	}
-	if res := s.call(t, "files_read", map[string]any{}); !res.IsError {
-		t.Fatalf("no path: %s", text(res))
-	}
+	// Arguments that do not fit the schema are the same tool errors.
+	s.fails(t, "invalid_argument", "exec", map[string]any{"command": 5})
+	s.fails(t, "invalid_argument", "files_read", map[string]any{})
+	s.fails(t, "invalid_argument", "files_read", map[string]any{"path": "/x", "offset": "ten"})
+	s.fails(t, "invalid_argument", "exec", map[string]any{"command": "true", "comand": "typo"})
 
 	// A daemon that is down: each call says so, promptly.
 	down, err := corral.New("unix://"+filepath.Join(t.TempDir(), "none.sock"), "")
@@ -471,15 +469,33 @@ func TestProcesses(t *testing.T) {
 func TestSandboxTools(t *testing.T) {
 	c := api(t)
 	s := connect(t, c, Policy{})
-	_, st := s.ok(t, "sandbox_create", nil)
+	_, st := s.ok(t, "sandbox_create", map[string]any{"timeout_seconds": 3600})
 	id := st["sandbox_id"].(string)
 	if out, _ := s.ok(t, "sandbox_pause", map[string]any{"sandbox_id": id}); !strings.Contains(out, id+": paused") {
 		t.Fatalf("pause: %q", out)
 	}
+	// A resume keeps the time the sandbox had left.
 	if out, _ := s.ok(t, "sandbox_resume", map[string]any{"sandbox_id": id}); !strings.Contains(out, id+": running") {
 		t.Fatalf("resume: %q", out)
 	}
+	if sb, err := c.Get(t.Context(), id); err != nil || sb.Deadline == nil || time.Until(*sb.Deadline) < 3500*time.Second {
+		t.Fatalf("deadline after resume: %+v %v", sb, err)
+	}
 	s.fails(t, "failed_precondition", "sandbox_resume", map[string]any{"sandbox_id": id})
+	s.ok(t, "sandbox_pause", map[string]any{"sandbox_id": id})
+	s.ok(t, "sandbox_resume", map[string]any{"sandbox_id": id, "timeout_seconds": 60})
+	if sb, err := c.Get(t.Context(), id); err != nil || sb.Deadline == nil || time.Until(*sb.Deadline) > 60*time.Second {
+		t.Fatalf("deadline after resume for 60 s: %+v %v", sb, err)
+	}
+	// The session's own sandbox comes back from a pause by itself, still
+	// without a deadline.
+	_, st = s.ok(t, "exec", map[string]any{"command": "true"})
+	own := st["sandbox_id"].(string)
+	s.ok(t, "sandbox_pause", map[string]any{"sandbox_id": own})
+	s.ok(t, "exec", map[string]any{"command": "true"})
+	if sb, err := c.Get(t.Context(), own); err != nil || sb.State != "running" || sb.Deadline != nil {
+		t.Fatalf("session sandbox after a pause: %+v %v", sb, err)
+	}
 	out, _ := s.ok(t, "port_url", map[string]any{"sandbox_id": id, "port": 8080})
 	if !strings.Contains(out, "/v1/sandboxes/"+id+"/ports/8080/") {
 		t.Fatalf("port_url: %q", out)

@@ -215,19 +215,38 @@ func (s *Server) sandboxPause(ctx context.Context, st *session, in SandboxIn) (*
 	return textResult(describe(sb, st.sessionID())+"\n", summary(sb, st.sessionID())), nil
 }
 
-func (s *Server) sandboxResume(ctx context.Context, st *session, in SandboxIn) (*mcp.CallToolResult, error) {
+// ResumeIn is the input of sandbox_resume.
+type ResumeIn struct {
+	SandboxID string `json:"sandbox_id" jsonschema:"the sandbox"`
+	Timeout   int    `json:"timeout_seconds,omitempty" jsonschema:"delete it this many seconds from now; default: keep the time it had left"`
+}
+
+func (s *Server) sandboxResume(ctx context.Context, st *session, in ResumeIn) (*mcp.CallToolResult, error) {
 	if in.SandboxID == "" {
 		return nil, invalid("sandbox_id is required")
+	}
+	timeout, err := seconds("timeout_seconds", in.Timeout, 30*24*3600)
+	if err != nil {
+		return nil, err
 	}
 	sb, err := st.client.Get(ctx, in.SandboxID)
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != "paused" && sb.State != "stopped" {
+	switch {
+	case sb.State != "paused" && sb.State != "stopped":
 		return nil, &corral.Error{Status: 409, Code: corral.CodeFailedPrecondition,
 			Message: fmt.Sprintf("sandbox %s is %s, not paused or stopped", sb.ID, sb.State)}
+	case timeout > 0:
+		if sb.State == "paused" {
+			_, err = st.client.Resume(ctx, sb.ID, &timeout)
+		} else {
+			_, err = st.client.Start(ctx, sb.ID, &timeout)
+		}
+	default:
+		err = resumeOrStart(ctx, st.client, sb)
 	}
-	if err := resumeOrStart(ctx, st.client, sb); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if sb, err = st.client.Get(ctx, in.SandboxID); err != nil {

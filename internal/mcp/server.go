@@ -45,6 +45,10 @@ type Policy struct {
 	// daemon deletes it, which bounds its life when a session ends without
 	// the server seeing it (a killed process). 0 means 30 minutes.
 	SessionIdle time.Duration
+	// SessionTimeout, when positive, is the most a session sandbox lives;
+	// 0 means until its session ends (a daemon with --max-timeout needs
+	// one).
+	SessionTimeout time.Duration
 }
 
 // Config configures a Server.
@@ -300,6 +304,9 @@ func (s *Server) sessionSandbox(ctx context.Context, st *session) (string, error
 	opts := s.createDefaults(st)
 	opts.IdleTimeout = s.cfg.Policy.SessionIdle
 	opts.Timeout = corral.NoTimeout
+	if s.cfg.Policy.SessionTimeout > 0 {
+		opts.Timeout = corral.Timeout(s.cfg.Policy.SessionTimeout)
+	}
 	sb, err := st.client.Create(ctx, opts)
 	if err != nil {
 		return "", fmt.Errorf("creating this session's sandbox: %w", err)
@@ -326,14 +333,24 @@ func (s *Server) live(st *session) bool {
 	return false
 }
 
-// resumeOrStart brings a paused or stopped sandbox back.
+// resumeOrStart brings a paused or stopped sandbox back with the deadline
+// it had: the time it had left (the deadline runs on while a sandbox is
+// paused), none if it had none, or the daemon's default when it has
+// passed (a sandbox the deadline paused or stopped).
 func resumeOrStart(ctx context.Context, c *corral.Client, sb *corral.Sandbox) error {
+	timeout := corral.NoTimeout
+	if sb.Deadline != nil {
+		timeout = nil
+		if left := time.Until(*sb.Deadline); left >= time.Second {
+			timeout = &left
+		}
+	}
 	var err error
 	switch sb.State {
 	case "paused":
-		_, err = c.Resume(ctx, sb.ID, nil)
+		_, err = c.Resume(ctx, sb.ID, timeout)
 	case "stopped":
-		_, err = c.Start(ctx, sb.ID, nil)
+		_, err = c.Start(ctx, sb.ID, timeout)
 	}
 	return err
 }

@@ -2,12 +2,14 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	corral "github.com/corralrun/corral/sdk"
@@ -29,7 +31,10 @@ const (
 	idempotent             // changes state, the same way when repeated
 )
 
-// addTool registers a tool whose input schema is inferred from In.
+// addTool registers a tool whose input schema is inferred from In. It
+// checks the arguments against the schema itself, rather than through the
+// SDK's typed handlers, so that arguments that do not fit fail like every
+// other bad input: a tool error with code invalid_argument.
 func addTool[In any](s *Server, name, title, description string, k kind, h toolFunc[In]) {
 	closed := false
 	ann := &mcp.ToolAnnotations{Title: title, OpenWorldHint: &closed}
@@ -47,21 +52,53 @@ func addTool[In any](s *Server, name, title, description string, k kind, h toolF
 		no := false
 		ann.DestructiveHint = &no
 	}
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: name, Title: title, Description: description, Annotations: ann},
-		func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+	schema, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of tool %s: %v", name, err)) // a programming error, found by any test
+	}
+	resolved, err := schema.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of tool %s: %v", name, err))
+	}
+	s.mcp.AddTool(&mcp.Tool{Name: name, Title: title, Description: description, Annotations: ann, InputSchema: schema},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			defer context.AfterFunc(s.calls, cancel)()
+			in, err := arguments[In](req.Params.Arguments, resolved)
+			if err != nil {
+				return failure(err), nil
+			}
 			st, err := s.state(req)
 			if err != nil {
-				return failure(err), nil, nil
+				return failure(err), nil
 			}
 			res, err := h(ctx, st, in)
 			if err != nil {
-				return failure(err), nil, nil
+				return failure(err), nil
 			}
-			return res, nil, nil
+			return res, nil
 		})
+}
+
+// arguments checks a call's arguments against the tool's schema and
+// decodes them.
+func arguments[In any](raw json.RawMessage, schema *jsonschema.Resolved) (In, error) {
+	var in In
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return in, invalid("arguments are not JSON: %v", err)
+	}
+	if err := schema.Validate(v); err != nil {
+		return in, invalid("arguments do not fit the tool's input schema: %v", err)
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return in, invalid("arguments: %v", err)
+	}
+	return in, nil
 }
 
 // seconds converts a tool's whole-seconds argument, checking its range.
