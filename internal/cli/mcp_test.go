@@ -85,4 +85,3 @@ func TestMCPUsageErrors(t *testing.T) {
 		})
 	}
 }
-
