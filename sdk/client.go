@@ -68,10 +68,34 @@ func New(host, apiKey string) (*Client, error) {
 			return nil, fmt.Errorf("parsing corral host %q: %w", host, err)
 		}
 		c.base = strings.TrimSuffix(u.Scheme+"://"+u.Host+u.Path, "/")
-		c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, Proxy: http.ProxyFromEnvironment}}
+		// A host that does not answer fails after dialTimeout rather than
+		// the system's TCP timeout (minutes).
+		dialer := &net.Dialer{Timeout: dialTimeout}
+		c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, Proxy: http.ProxyFromEnvironment,
+			DialContext: dialer.DialContext}}
 	default:
 		return nil, fmt.Errorf("corral host %q must start with unix://, http:// or https://", host)
 	}
+	return c, nil
+}
+
+// dialTimeout bounds connecting to a daemon over TCP.
+const dialTimeout = 30 * time.Second
+
+// NewWithTransport is New for an "http(s)://host:port" daemon reached
+// through rt instead of a transport of the client's own: for a program
+// that must choose its proxy, TLS or dialing (the daemon's MCP endpoint
+// reaching its own API takes no proxy). The client's Close closes rt's
+// idle connections when rt has a CloseIdleConnections method.
+func NewWithTransport(host, apiKey string, rt http.RoundTripper) (*Client, error) {
+	if !strings.HasPrefix(host, "http://") && !strings.HasPrefix(host, "https://") {
+		return nil, fmt.Errorf("corral host %q must start with http:// or https://", host)
+	}
+	c, err := New(host, apiKey)
+	if err != nil {
+		return nil, err
+	}
+	c.hc = &http.Client{Transport: rt}
 	return c, nil
 }
 

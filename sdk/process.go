@@ -174,6 +174,10 @@ type OutputOptions struct {
 
 // OutputResult is what Output saw.
 type OutputResult struct {
+	// Start is the offset of the first byte Output passed on: From, or
+	// the oldest byte still kept when From is older (Start-From bytes
+	// are lost).
+	Start int64
 	// Next is the offset just past the last byte received.
 	Next int64
 	// Dropped counts bytes that were lost: those between From and the
@@ -199,7 +203,7 @@ func (c *Client) Output(ctx context.Context, id string, pid int, opts OutputOpti
 		return nil, err
 	}
 	defer resp.Body.Close()
-	res := &OutputResult{Next: opts.From}
+	res := &OutputResult{Start: opts.From, Next: opts.From}
 	sc := newEventScanner(resp.Body)
 	for sc.Scan() {
 		var ev execEvent
@@ -209,6 +213,7 @@ func (c *Client) Output(ctx context.Context, id string, pid int, opts OutputOpti
 		switch ev.Type {
 		case "start":
 			res.Dropped = ev.Dropped
+			res.Start = opts.From + ev.Dropped
 			if res.Next < opts.From+ev.Dropped {
 				res.Next = opts.From + ev.Dropped
 			}

@@ -65,6 +65,8 @@ func (c *cli) mcpServe(args []string) int {
 	}
 	// Stdin comes through a pipe, which closing interrupts: a read of
 	// the real stdin would block the session's end until the next line.
+	// The copying goroutine may stay blocked on stdin until the process
+	// exits, which follows the session's end at once.
 	in, feed := io.Pipe()
 	go func() { _, err := io.Copy(feed, c.env.Stdin); feed.CloseWithError(err) }()
 	srv := corralmcp.New(cfg)

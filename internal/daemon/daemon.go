@@ -295,10 +295,13 @@ func (d *Daemon) serveAPI(context.Context) error {
 	// MCP sessions call the API through this same listener, with the key
 	// their client sent: the daemon's authentication and per-key limits
 	// apply to them as to any client.
-	self := loopback(l.Addr().(*net.TCPAddr))
+	// Never through a proxy: the requests carry the key in the clear.
+	self := "http://" + loopback(l.Addr().(*net.TCPAddr))
+	dialer := &net.Dialer{Timeout: 10 * time.Second}
 	d.mcp = mcp.New(mcp.Config{
 		Client: func(h http.Header) (*corral.Client, error) {
-			return corral.New("http://"+self, server.RequestKey(h))
+			return corral.NewWithTransport(self, server.RequestKey(h),
+				&http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 4})
 		},
 		Policy: d.cfg.MCP, Version: d.cfg.Version, Logger: d.log.With("component", "mcp"),
 	})
@@ -315,14 +318,12 @@ func (d *Daemon) serveAPI(context.Context) error {
 }
 
 // loopback is the address at which this host reaches a listener on addr:
-// a loopback address in place of an unspecified one.
+// 127.0.0.1 in place of an unspecified address (Go's listeners on "::"
+// take IPv4 too, and IPv6 may be off).
 func loopback(addr *net.TCPAddr) string {
 	ip := addr.IP
-	switch {
-	case ip == nil || ip.IsUnspecified() && ip.To4() != nil:
+	if ip == nil || ip.IsUnspecified() {
 		ip = net.IPv4(127, 0, 0, 1)
-	case ip.IsUnspecified():
-		ip = net.IPv6loopback
 	}
 	return net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -52,7 +53,7 @@ func (s *Server) filesRead(ctx context.Context, st *session, in ReadIn) (*mcp.Ca
 	if err != nil {
 		return nil, err
 	}
-	fi, err := st.client.Stat(ctx, id, in.Path)
+	fi, err := statTarget(ctx, st.client, id, in.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -85,25 +86,20 @@ func (s *Server) filesRead(ctx context.Context, st *session, in ReadIn) (*mcp.Ca
 	if _, err := io.CopyN(io.Discard, r, in.Offset); err != nil && err != io.EOF {
 		return nil, fmt.Errorf("reading %s: %w", in.Path, err)
 	}
-	buf, err := io.ReadAll(io.LimitReader(r, int64(length)))
+	// One byte more than asked says whether more follows.
+	buf, err := io.ReadAll(io.LimitReader(r, int64(length)+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", in.Path, err)
 	}
-	end := in.Offset + int64(len(buf))
-	// A cut inside a character moves to its start, so text stays valid
-	// and the next read begins with the whole character.
-	if end < fi.Size {
-		for cut := len(buf); cut > 0 && cut > len(buf)-utf8.UTFMax; cut-- {
-			if utf8.RuneStart(buf[cut-1]) {
-				if !utf8.FullRune(buf[cut-1:]) {
-					buf = buf[:cut-1]
-					end = in.Offset + int64(len(buf))
-				}
-				break
-			}
-		}
+	more := len(buf) > length
+	if more {
+		// A cut inside a character moves to its start, so text stays
+		// valid and the next read begins with the whole character.
+		buf = cutRune(buf[:length])
 	}
-	structured := map[string]any{"sandbox_id": id, "path": in.Path, "size": fi.Size, "offset": in.Offset, "end": end}
+	end := in.Offset + int64(len(buf))
+	size := max(fi.Size, end)
+	structured := map[string]any{"sandbox_id": id, "path": in.Path, "size": size, "offset": in.Offset, "end": end}
 	var b strings.Builder
 	if utf8.Valid(buf) {
 		b.Write(buf)
@@ -115,17 +111,49 @@ func (s *Server) filesRead(ctx context.Context, st *session, in ReadIn) (*mcp.Ca
 		structured["content"] = enc
 		structured["encoding"] = "base64"
 	}
-	if in.Offset > 0 || end < fi.Size {
+	if in.Offset > 0 || more {
 		if !strings.HasSuffix(b.String(), "\n") {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "[bytes %d to %d of %d", in.Offset, end, fi.Size)
-		if end < fi.Size {
+		fmt.Fprintf(&b, "[bytes %d to %d of %d", in.Offset, end, size)
+		if more {
 			fmt.Fprintf(&b, "; read on with offset=%d", end)
 		}
 		b.WriteString("]\n")
 	}
 	return textResult(b.String(), structured), nil
+}
+
+// statTarget describes the file at p, following symbolic links (the API's
+// stat describes a link itself) up to a depth the kernel would also
+// refuse.
+func statTarget(ctx context.Context, c *corral.Client, id, p string) (*corral.FileInfo, error) {
+	for range 40 {
+		fi, err := c.Stat(ctx, id, p)
+		if err != nil || fi.Type != corral.FileTypeSymlink {
+			return fi, err
+		}
+		if path.IsAbs(fi.Target) {
+			p = fi.Target
+		} else {
+			p = path.Join(path.Dir(p), fi.Target)
+		}
+	}
+	return nil, invalid("too many levels of symbolic links at %s", p)
+}
+
+// cutRune drops an incomplete character at the end of b, unless that
+// would leave nothing (a part shorter than one character).
+func cutRune(b []byte) []byte {
+	for cut := len(b); cut > 0 && cut > len(b)-utf8.UTFMax; cut-- {
+		if utf8.RuneStart(b[cut-1]) {
+			if !utf8.FullRune(b[cut-1:]) && cut > 1 {
+				return b[:cut-1]
+			}
+			break
+		}
+	}
+	return b
 }
 
 type readCloser struct {

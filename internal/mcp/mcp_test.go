@@ -36,6 +36,13 @@ import (
 // processes run on the host, and whose files live in the sandbox's root
 // directory) and returns a client for it, with template "bb".
 func api(t testing.TB) *corral.Client {
+	c, _ := apiRoots(t)
+	return c
+}
+
+// apiRoots is api with mods applied to the Manager's configuration; it
+// also returns the directory holding each sandbox's root (ID/ below it).
+func apiRoots(t testing.TB, mods ...func(*sandbox.Config)) (*corral.Client, string) {
 	t.Helper()
 	sock, err := os.MkdirTemp("", "mcp-")
 	if err != nil {
@@ -51,9 +58,14 @@ func api(t testing.TB) *corral.Client {
 		t.Fatal(err)
 	}
 	reg := metrics.NewRegistry()
-	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
+	storage := t.TempDir()
+	cfg := sandbox.Config{Store: st, Storage: storagefake.New(storage), Drivers: []driver.Driver{drv},
 		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, Metrics: reg,
-		SnapshotDir: filepath.Join(t.TempDir(), "snapshots")})
+		SnapshotDir: filepath.Join(t.TempDir(), "snapshots")}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	m, err := sandbox.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +90,7 @@ func api(t testing.TB) *corral.Client {
 	if _, err := c.ImportTemplate(t.Context(), "bb", bytes.NewReader(make([]byte, 1024))); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, filepath.Join(storage, "roots")
 }
 
 // client is an MCP client session with a Server over the in-memory
@@ -597,4 +609,195 @@ func TestCloseEndsSessions(t *testing.T) {
 	if res := <-called; res != nil && !res.IsError {
 		t.Fatalf("the cancelled call succeeded: %s", text(res))
 	}
+}
+
+func TestExplicitAddressRules(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		ceiling corral.NetworkPolicy
+		ask     []string
+		allowed bool
+	}{
+		{"metadata address under 0/0", corral.NetworkPolicy{Mode: "allowlist", AllowCIDRs: []string{"0.0.0.0/0"}}, []string{"169.254.169.254"}, false},
+		{"private range under 0/0", corral.NetworkPolicy{Mode: "allowlist", AllowCIDRs: []string{"0.0.0.0/0"}}, []string{"10.0.0.0/8"}, false},
+		{"public range under 0/0", corral.NetworkPolicy{Mode: "allowlist", AllowCIDRs: []string{"0.0.0.0/0"}}, []string{"198.51.100.0/24"}, true},
+		{"one address under 0/0", corral.NetworkPolicy{Mode: "allowlist", AllowCIDRs: []string{"0.0.0.0/0"}}, []string{"198.51.100.7"}, false},
+		{"private range under open", corral.NetworkPolicy{Mode: "open"}, []string{"10.0.0.0/8"}, false},
+		{"public range under open", corral.NetworkPolicy{Mode: "open"}, []string{"198.51.100.0/24"}, true},
+		{"private range under its own", corral.NetworkPolicy{Mode: "allowlist", AllowCIDRs: []string{"10.1.0.0/16"}}, []string{"10.1.2.0/24"}, true},
+		{"one address in a named range", corral.NetworkPolicy{Mode: "allowlist", AllowCIDRs: []string{"10.1.0.0/16"}}, []string{"10.1.2.3"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Server{cfg: Config{Policy: Policy{Network: tt.ceiling}}}
+			_, err := s.network(NetworkIn{AllowCIDRs: tt.ask})
+			if (err == nil) != tt.allowed {
+				t.Fatalf("asking for %v under %+v: %v, want allowed %v", tt.ask, tt.ceiling, err, tt.allowed)
+			}
+		})
+	}
+}
+
+// TestRunDeletesBeforeReturning checks that Run returns only once the
+// session sandbox is gone: `corral mcp` exits right after.
+func TestRunDeletesBeforeReturning(t *testing.T) {
+	c := api(t)
+	for range 5 {
+		srv := New(Config{Client: func(http.Header) (*corral.Client, error) { return c, nil }, Policy: Policy{Template: "bb"},
+			Logger: slog.New(slog.DiscardHandler)})
+		st, ct := mcp.NewInMemoryTransports()
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(context.Background(), st) }()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "true"}})
+		if err != nil || res.IsError {
+			t.Fatal(err, res)
+		}
+		id := structured(t, res)["sandbox_id"].(string)
+		cs.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(t.Context(), id); corral.ErrorCode(err) != corral.CodeNotFound {
+			t.Fatalf("the session sandbox when Run returned: %v", err)
+		}
+		srv.Close()
+	}
+}
+
+func TestMaxSandboxesUnderConcurrentCreates(t *testing.T) {
+	s := connect(t, api(t), Policy{MaxSandboxes: 2})
+	results := make(chan *mcp.CallToolResult, 6)
+	for range cap(results) {
+		go func() {
+			res, _ := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}})
+			results <- res
+		}()
+	}
+	created := 0
+	for range cap(results) {
+		if res := <-results; res != nil && !res.IsError {
+			created++
+		}
+	}
+	if created != 2 {
+		t.Fatalf("%d sandboxes created at once with MaxSandboxes 2", created)
+	}
+}
+
+// TestFilesReadEdges reads through a symbolic link, in parts shorter than
+// a character, and from a process in parts that cut characters.
+func TestFilesReadEdges(t *testing.T) {
+	c, roots := apiRoots(t)
+	s := connect(t, c, Policy{})
+	_, st := s.ok(t, "files_write", map[string]any{"path": "/big.txt", "content": strings.Repeat("x", 30000)})
+	id := st["sandbox_id"].(string)
+	if err := os.Symlink("big.txt", filepath.Join(roots, id, "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	out, st := s.ok(t, "files_read", map[string]any{"path": "/link.txt"})
+	if !strings.HasSuffix(out, "[bytes 0 to 20000 of 30000; read on with offset=20000]\n") || st["size"] != 30000.0 {
+		t.Fatalf("through a link: %q", out[len(out)-60:])
+	}
+	// A part shorter than a character still moves on.
+	s.ok(t, "files_write", map[string]any{"path": "/e.txt", "content": "éé"})
+	if _, st = s.ok(t, "files_read", map[string]any{"path": "/e.txt", "length": 1}); st["end"] != 1.0 {
+		t.Fatalf("one byte of a character: %v", st)
+	}
+
+	_, st = s.ok(t, "process_start", map[string]any{"command": "printf 'a\\303\\251b'; sleep 30"})
+	pid := st["pid"]
+	_, first := s.ok(t, "process_output", map[string]any{"pid": pid, "max_bytes": 2, "wait_seconds": 10})
+	for first["output_bytes"] != 4.0 {
+		_, first = s.ok(t, "process_output", map[string]any{"pid": pid, "max_bytes": 2})
+	}
+	_, second := s.ok(t, "process_output", map[string]any{"pid": pid, "offset": first["next_offset"], "max_bytes": 3})
+	if first["output"] != "a" || first["next_offset"] != 1.0 || second["output"] != "éb" {
+		t.Fatalf("output in parts: %v then %v", first, second)
+	}
+}
+
+// TestSessionSandboxUnderMaxTimeout checks that a daemon that refuses
+// sandboxes without a deadline still gives the session a sandbox, whose
+// deadline is renewed while it is used.
+func TestSessionSandboxUnderMaxTimeout(t *testing.T) {
+	c, _ := apiRoots(t, func(cfg *sandbox.Config) { cfg.MaxTimeout, cfg.DefaultTimeout = time.Hour, 10*time.Second })
+	s := connect(t, c, Policy{})
+	_, st := s.ok(t, "exec", map[string]any{"command": "true"})
+	id := st["sandbox_id"].(string)
+	if _, err := c.SetTimeout(t.Context(), id, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.ok(t, "exec", map[string]any{"command": "true"})
+	if sb, err := c.Get(t.Context(), id); err != nil || sb.Deadline == nil || time.Until(*sb.Deadline) < 5*time.Second {
+		t.Fatalf("deadline not renewed: %+v %v", sb, err)
+	}
+}
+
+// TestReplacedSessionSandboxIsSaid checks that a call that had to make a
+// new session sandbox says so.
+func TestReplacedSessionSandboxIsSaid(t *testing.T) {
+	c := api(t)
+	s := connect(t, c, Policy{})
+	_, st := s.ok(t, "exec", map[string]any{"command": "true"})
+	if err := c.Delete(t.Context(), st["sandbox_id"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := s.ok(t, "exec", map[string]any{"command": "true"})
+	if !strings.HasPrefix(out, "note: this session's sandbox was gone") {
+		t.Fatalf("after a replacement: %q", out)
+	}
+	if out, _ = s.ok(t, "exec", map[string]any{"command": "true"}); strings.HasPrefix(out, "note:") {
+		t.Fatalf("the note came twice: %q", out)
+	}
+}
+
+// TestHTTPSessions drives the streamable HTTP handler: a session's
+// sandbox is deleted when its idle time is up, and Close ends sessions
+// that made no tool call, so that the HTTP server can shut down.
+func TestHTTPSessions(t *testing.T) {
+	c := api(t)
+	srv := New(Config{Client: func(http.Header) (*corral.Client, error) { return c, nil }, Policy: Policy{Template: "bb"},
+		Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv.HTTPHandler(time.Second))
+	connectHTTP := func() *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	cs := connectHTTP()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "port_url", Arguments: map[string]any{"port": 8080}})
+	if err != nil || res.IsError {
+		t.Fatal(err, res)
+	}
+	if u := structured(t, res)["url"].(string); !strings.HasPrefix(u, hs.URL+"/v1/sandboxes/") {
+		t.Fatalf("port_url over HTTP: %s, want one on %s", u, hs.URL)
+	}
+	id := structured(t, res)["sandbox_id"].(string)
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := c.Get(t.Context(), id); corral.ErrorCode(err) == corral.CodeNotFound {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatal("an idle HTTP session kept its sandbox")
+		}
+	}
+	cs.Close()
+
+	idle := connectHTTP()
+	if _, err := idle.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := hs.Config.Shutdown(ctx); err != nil {
+		t.Fatalf("shutting down with a session that made no call: %v", err)
+	}
+	hs.Close()
+	idle.Close()
 }

@@ -1,11 +1,13 @@
 package mcp
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
 
+	"github.com/corralrun/corral/internal/egress"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -13,10 +15,16 @@ import (
 // most it may have, and returns the policy to create with.
 //
 // With the operator's mode none, a client may only ask for none; with
-// open, for anything; with an allowlist, for none or an allowlist whose
-// every rule one of the operator's covers: a domain rule by the same name
-// or a "*." rule of a parent domain, a CIDR rule by a range that holds it,
-// each with the same ports or more.
+// open, for anything but an explicit address rule; with an allowlist, for
+// none or an allowlist whose every rule one of the operator's covers: a
+// domain rule by the same name or a "*." rule of a parent domain, a CIDR
+// rule by a range that holds it, each with the same ports or more.
+//
+// An explicit address rule (one address, or a range inside an always
+// blocked one: private, loopback, link-local with the cloud metadata
+// address; egress.CIDRRule.Explicit) opens what no other rule, and not
+// mode open, reaches: the daemon's host and its networks. A client's
+// explicit rule must therefore lie in an explicit rule of the operator's.
 func (s *Server) network(in NetworkIn) (corral.NetworkPolicy, error) {
 	ceiling := s.cfg.Policy.Network
 	mode := in.Mode
@@ -39,6 +47,11 @@ func (s *Server) network(in NetworkIn) (corral.NetworkPolicy, error) {
 	}
 	switch ceiling.Mode {
 	case corral.NetworkOpen:
+		for _, c := range in.AllowCIDRs {
+			if explicit(c) {
+				return want, denied("address rule %q names a single address or a private, loopback or link-local range, which the operator did not open", c)
+			}
+		}
 		return want, nil
 	case corral.NetworkAllowlist:
 		if mode == corral.NetworkOpen {
@@ -50,13 +63,36 @@ func (s *Server) network(in NetworkIn) (corral.NetworkPolicy, error) {
 			}
 		}
 		for _, c := range in.AllowCIDRs {
-			if !slicesAny(ceiling.AllowCIDRs, func(o string) bool { return cidrCovers(o, c) }) {
+			if !slicesAny(ceiling.AllowCIDRs, func(o string) bool { return cidrCovers(o, c) && (explicit(o) || !explicit(c)) }) {
 				return want, denied("address range %q is not allowed here; allowed: %s", c, allowed(ceiling))
 			}
 		}
 		return want, nil
 	}
 	return want, denied("sandboxes here have no network")
+}
+
+// checkNetwork fails unless a sandbox with network policy p (that of a
+// sandbox to fork) is one a client could have asked for.
+func (s *Server) checkNetwork(p *corral.NetworkPolicy) error {
+	if p == nil || p.Mode == "" || p.Mode == corral.NetworkNone {
+		return nil
+	}
+	_, err := s.network(NetworkIn{Mode: p.Mode, AllowDomains: p.AllowDomains, AllowCIDRs: p.AllowCIDRs})
+	var e *corral.Error
+	if errors.As(err, &e) {
+		return denied("the sandbox's network is more than sandboxes made here may have: %s", e.Message)
+	}
+	return err
+}
+
+// explicit reports whether a CIDR rule opens addresses that are blocked
+// unless named (see network); a rule that does not parse counts as
+// explicit.
+func explicit(rule string) bool {
+	a, _, ok := splitPorts(rule)
+	p, err := parsePrefix(a)
+	return !ok || err != nil || !p.Addr().Is4() || egress.CIDRRule{Prefix: p}.Explicit()
 }
 
 func denied(format string, args ...any) error {

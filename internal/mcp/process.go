@@ -92,8 +92,7 @@ func (s *Server) processOutput(ctx context.Context, st *session, in ProcessOutpu
 	}
 	// What w holds starts where the kept output resumed after any bytes
 	// lost to the buffer's limit.
-	start := in.Offset + res.Dropped
-	dropped := res.Dropped
+	start, dropped := res.Start, res.Start-in.Offset
 	if len(w.buf) == 0 && res.Exit == nil && wait > 0 {
 		// Nothing new yet: follow until the first output, the exit or
 		// the end of the wait.
@@ -103,14 +102,19 @@ func (s *Server) processOutput(ctx context.Context, st *session, in ProcessOutpu
 		cancel()
 		switch {
 		case err == nil:
-			dropped += more.Dropped
-			start = res.Next + more.Dropped
+			start = more.Start
+			dropped += more.Start - res.Next
 		case ctx.Err() == nil && wctx.Err() != nil:
 			// The wait ended, or the first output ended it.
 			start = res.Next
 		default:
 			return nil, err
 		}
+	}
+	if len(w.buf) == w.limit {
+		// More may follow: end at a character's start, where the next
+		// read begins.
+		w.buf = cutRune(w.buf)
 	}
 	next := start + int64(len(w.buf))
 	p, err := st.client.Process(ctx, id, in.PID)

@@ -38,13 +38,16 @@ func (s *Server) addResources() {
 			if !ok || list.NextCursor != "" {
 				return res, nil
 			}
+			// Without the daemon, the list still has the static entries.
 			st, err := s.state(req)
 			if err != nil {
-				return nil, err
+				s.log.Warn("listing sandboxes as resources", "err", err)
+				return list, nil
 			}
 			sbs, err := st.client.List(ctx, corral.ListOptions{})
 			if err != nil {
-				return nil, err
+				s.log.Warn("listing sandboxes as resources", "err", err)
+				return list, nil
 			}
 			for _, sb := range sbs {
 				list.Resources = append(list.Resources, &mcp.Resource{URI: sandboxesURI + "/" + sb.ID, Name: sb.ID,

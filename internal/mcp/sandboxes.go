@@ -95,14 +95,10 @@ func (s *Server) sandboxCreate(ctx context.Context, st *session, in CreateIn) (*
 		}
 		opts.Mounts = append(opts.Mounts, m)
 	}
-	if err := s.checkCount(ctx, st, 1); err != nil {
-		return nil, err
-	}
-	sb, err := st.client.Create(ctx, opts)
+	sb, err := s.create(ctx, st, opts)
 	if err != nil {
 		return nil, err
 	}
-	st.own(sb.ID)
 	return textResult("created "+describe(sb, "")+"\n", summary(sb, "")), nil
 }
 
@@ -185,13 +181,6 @@ func (s *Server) sandboxList(ctx context.Context, st *session, in ListIn) (*mcp.
 		b.WriteString("no sandboxes\n")
 	}
 	return textResult(b.String(), map[string]any{"sandboxes": items}), nil
-}
-
-// sessionID is the ID of the session sandbox, "" before it exists.
-func (st *session) sessionID() string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.sandbox
 }
 
 func (s *Server) sandboxKill(ctx context.Context, st *session, in SandboxIn) (*mcp.CallToolResult, error) {
@@ -302,9 +291,16 @@ func (s *Server) fork(ctx context.Context, st *session, in ForkIn) (*mcp.CallToo
 	if err != nil {
 		return nil, err
 	}
+	// Copies get the source's runtime and network, which must be what
+	// the policy allows a sandbox to have.
 	if err := s.checkRuntime(src.Runtime); err != nil {
 		return nil, err
 	}
+	if err := s.checkNetwork(src.Network); err != nil {
+		return nil, err
+	}
+	st.createMu.Lock()
+	defer st.createMu.Unlock()
 	if err := s.checkCount(ctx, st, n); err != nil {
 		return nil, err
 	}
@@ -312,10 +308,12 @@ func (s *Server) fork(ctx context.Context, st *session, in ForkIn) (*mcp.CallToo
 	if err != nil {
 		return nil, err
 	}
+	for i := range copies {
+		st.own(copies[i].ID)
+	}
 	var b strings.Builder
 	ids := []string{}
 	for i := range copies {
-		st.own(copies[i].ID)
 		ids = append(ids, copies[i].ID)
 		fmt.Fprintf(&b, "%s\n", describe(&copies[i], ""))
 	}

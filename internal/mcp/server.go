@@ -53,9 +53,9 @@ type Policy struct {
 
 // Config configures a Server.
 type Config struct {
-	// Client returns the API client for a request, given the headers of
-	// the HTTP request that carried it (nil over stdio). It is called
-	// once per session, on the session's first tool call.
+	// Client returns the API client for a session, given the headers of
+	// the HTTP request that carried its first tool call or resource read
+	// (nil over stdio). The session closes the client when it ends.
 	Client func(header http.Header) (*corral.Client, error)
 	// UnixSocket is the daemon's socket when the client reaches it there,
 	// for port_url to say how to reach a port.
@@ -89,13 +89,25 @@ type session struct {
 	client *corral.Client
 	base   string // scheme://host the HTTP client reached us at, "" over stdio
 
-	// mu serializes the creation of the session sandbox, so that
-	// concurrent first calls share one.
-	mu      sync.Mutex
-	sandbox string // the session sandbox's ID, "" until first use
+	// mu serializes looking after the session sandbox (create, resume,
+	// renew), so that concurrent calls share one.
+	mu sync.Mutex
+	// renew, when positive, is the deadline the session sandbox is given
+	// again whenever less than half of it is left (a daemon that refuses
+	// sandboxes without a deadline).
+	renew time.Duration
 
-	ownMu sync.Mutex
-	owned map[string]bool // IDs of the sandboxes the session created
+	idMu     sync.Mutex
+	sandbox  string // the session sandbox's ID, "" until first use
+	replaced bool   // the session sandbox was replaced by a new one
+
+	// createMu makes counting the session's sandboxes and creating more
+	// one step, so that concurrent creates cannot pass MaxSandboxes.
+	createMu sync.Mutex
+	ownMu    sync.Mutex
+	owned    map[string]bool // IDs of the sandboxes the session created
+
+	end sync.Once // the session's clean-up
 }
 
 // own records sandboxes the session created.
@@ -105,6 +117,28 @@ func (st *session) own(ids ...string) {
 	for _, id := range ids {
 		st.owned[id] = true
 	}
+}
+
+// sessionID is the ID of the session sandbox, "" before it exists.
+func (st *session) sessionID() string {
+	st.idMu.Lock()
+	defer st.idMu.Unlock()
+	return st.sandbox
+}
+
+func (st *session) setSessionID(id string) {
+	st.idMu.Lock()
+	defer st.idMu.Unlock()
+	st.sandbox = id
+}
+
+// takeReplaced reports, once, that the session sandbox was replaced.
+func (st *session) takeReplaced() bool {
+	st.idMu.Lock()
+	defer st.idMu.Unlock()
+	r := st.replaced
+	st.replaced = false
+	return r
 }
 
 // New returns a Server with every tool and the sandbox resources.
@@ -141,9 +175,9 @@ Long output is cut to its start and end, with a note of what was left out and ho
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
 // Run serves one session on t (for `corral mcp`, stdin and stdout) until
-// the client disconnects, then deletes the session sandbox. When ctx ends
-// first, Run closes the server (Close): it is meant for a process that
-// serves one client.
+// the client disconnects, then deletes the session sandbox before it
+// returns. When ctx ends first, Run closes the server (Close): it is
+// meant for a process that serves one client.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	ss, err := s.mcp.Connect(ctx, t, nil)
 	if err != nil {
@@ -177,10 +211,11 @@ const originHeader = "X-Corral-Mcp-Origin"
 func (s *Server) HTTPHandler(idle time.Duration) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{SessionTimeout: idle, Logger: s.log,
-			// The daemon authenticates every request with its API key,
-			// which a page a browser was tricked into loading cannot
-			// send; the guard against DNS rebinding would only refuse
-			// the daemon's own non-loopback listeners.
+			// The SDK's guard against DNS rebinding refuses requests that
+			// reach a loopback listener with another Host (an SSH tunnel,
+			// a reverse proxy). The daemon checks its API key on every
+			// request before this handler, which a page a browser was
+			// tricked into loading cannot send.
 			DisableLocalhostProtection: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme := "http"
@@ -192,20 +227,17 @@ func (s *Server) HTTPHandler(idle time.Duration) http.Handler {
 	})
 }
 
-// Close ends every session and deletes their session sandboxes; tool
-// calls in flight are cancelled. The daemon calls it when it stops: HTTP
-// sessions do not outlive it.
+// Close ends every session, deletes their session sandboxes and returns
+// once that is done; tool calls in flight are cancelled. The daemon calls
+// it when it stops: HTTP sessions do not outlive it.
 func (s *Server) Close() {
 	s.stopAll()
 	s.mu.Lock()
 	s.closed = true
-	var open []*mcp.ServerSession
-	for ss := range s.sessions {
-		open = append(open, ss)
-	}
 	s.mu.Unlock()
-	for _, ss := range open {
+	for ss := range s.mcp.Sessions() {
 		ss.Close()
+		s.endSession(ss)
 	}
 	s.wg.Wait()
 }
@@ -245,61 +277,71 @@ func (s *Server) state(req mcp.Request) (*session, error) {
 	return st, nil
 }
 
-// endSession forgets a session and deletes its session sandbox. It runs
-// once per session however often it is called.
+// endSession deletes the session's sandbox and forgets the session. It
+// runs the clean-up once however often it is called, and every call
+// returns after it is done.
 func (s *Server) endSession(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	st := s.sessions[ss]
-	delete(s.sessions, ss)
 	s.mu.Unlock()
 	if st == nil {
 		return
 	}
-	st.mu.Lock()
-	id := st.sandbox
-	st.sandbox = ""
-	st.mu.Unlock()
-	if id != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := st.client.Delete(ctx, id)
-		cancel()
-		if err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
-			s.log.Warn("deleting an MCP session's sandbox", "sandbox", id, "error", err)
-		} else {
-			s.log.Info("MCP session ended; its sandbox is deleted", "sandbox", id)
+	st.end.Do(func() {
+		if id := st.sessionID(); id != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := st.client.Delete(ctx, id)
+			cancel()
+			if err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
+				s.log.Warn("deleting an MCP session's sandbox", "sandbox_id", id, "err", err)
+			} else {
+				s.log.Info("MCP session ended; its sandbox is deleted", "sandbox_id", id)
+			}
 		}
-	}
-	st.client.Close()
+		st.client.Close()
+	})
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	s.mu.Unlock()
 }
 
 // sessionSandbox returns the ID of the session's own sandbox, creating it
-// on first use. A sandbox that was deleted meanwhile (by a tool call, its
-// idle timeout or another client) is replaced.
+// on first use. A session sandbox that is gone or broken (deleted by a
+// tool call, its idle timeout or another client) is replaced, and the
+// call's result says so; a paused or stopped one is resumed; one whose
+// daemon-imposed deadline is half gone gets it again.
 func (s *Server) sessionSandbox(ctx context.Context, st *session) (string, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.sandbox != "" {
-		sb, err := st.client.Get(ctx, st.sandbox)
+	if id := st.sessionID(); id != "" {
+		sb, err := st.client.Get(ctx, id)
+		if err != nil && corral.ErrorCode(err) != corral.CodeNotFound {
+			return "", err
+		}
 		switch {
-		case err == nil && (sb.State == "running" || sb.State == "paused" || sb.State == "stopped"):
-			if sb.State != "running" {
-				if err := resumeOrStart(ctx, st.client, sb); err != nil {
+		case err != nil || sb.State == "deleting":
+		case sb.State == "error":
+			_ = st.client.Delete(ctx, id)
+		case sb.State == "running":
+			if st.renew > 0 && sb.Deadline != nil && time.Until(*sb.Deadline) < st.renew/2 {
+				if _, err := st.client.SetTimeout(ctx, id, st.renew); err != nil {
 					return "", err
 				}
 			}
-			return st.sandbox, nil
-		case err == nil || corral.ErrorCode(err) == corral.CodeNotFound:
-			// Gone or broken: make a new one below.
-			if err == nil {
-				_ = st.client.Delete(ctx, st.sandbox)
+			return id, nil
+		case sb.State == "paused" || sb.State == "stopped":
+			if err := resumeOrStart(ctx, st.client, sb); err != nil {
+				return "", err
 			}
-			st.sandbox = ""
+			return id, nil
 		default:
-			return "", err
+			return "", &corral.Error{Status: 409, Code: corral.CodeFailedPrecondition,
+				Message: fmt.Sprintf("this session's sandbox %s is %s; try again shortly", id, sb.State)}
 		}
-	}
-	if err := s.checkCount(ctx, st, 1); err != nil {
-		return "", err
+		// Gone or broken: a new one below, and the call says so.
+		st.idMu.Lock()
+		st.sandbox, st.replaced = "", true
+		st.idMu.Unlock()
 	}
 	opts := s.createDefaults(st)
 	opts.IdleTimeout = s.cfg.Policy.SessionIdle
@@ -307,7 +349,15 @@ func (s *Server) sessionSandbox(ctx context.Context, st *session) (string, error
 	if s.cfg.Policy.SessionTimeout > 0 {
 		opts.Timeout = corral.Timeout(s.cfg.Policy.SessionTimeout)
 	}
-	sb, err := st.client.Create(ctx, opts)
+	sb, err := s.create(ctx, st, opts)
+	if err != nil && s.cfg.Policy.SessionTimeout == 0 && corral.ErrorCode(err) == corral.CodeInvalidArgument {
+		// A daemon with --max-timeout refuses sandboxes without a
+		// deadline: take its default, and renew it while it is used.
+		opts.Timeout = nil
+		if sb, err = s.create(ctx, st, opts); err == nil && sb.Deadline != nil {
+			st.renew = time.Until(*sb.Deadline).Round(time.Second)
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("creating this session's sandbox: %w", err)
 	}
@@ -316,9 +366,24 @@ func (s *Server) sessionSandbox(ctx context.Context, st *session) (string, error
 		_ = st.client.Delete(context.WithoutCancel(ctx), sb.ID)
 		return "", &corral.Error{Code: corral.CodeUnavailable, Message: "the MCP session ended"}
 	}
-	st.sandbox = sb.ID
-	st.own(sb.ID)
+	st.setSessionID(sb.ID)
 	return sb.ID, nil
+}
+
+// create creates a sandbox for the session once Policy.MaxSandboxes
+// leaves room for it, and records it as the session's.
+func (s *Server) create(ctx context.Context, st *session, opts corral.CreateOptions) (*corral.Sandbox, error) {
+	st.createMu.Lock()
+	defer st.createMu.Unlock()
+	if err := s.checkCount(ctx, st, 1); err != nil {
+		return nil, err
+	}
+	sb, err := st.client.Create(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	st.own(sb.ID)
+	return sb, nil
 }
 
 // live reports whether st is still a session of s.
@@ -374,9 +439,8 @@ func (s *Server) createDefaults(st *session) corral.CreateOptions {
 
 // checkCount fails when n more sandboxes would take the session past
 // Policy.MaxSandboxes. The session counts the sandboxes it created that
-// still exist, whatever their metadata says. Concurrent creates of one
-// session may each pass the check; the daemon's own admission bounds
-// what that can add.
+// still exist, whatever their metadata says. Callers hold st.createMu
+// over the check and the create.
 func (s *Server) checkCount(ctx context.Context, st *session, n int) error {
 	limit := s.cfg.Policy.MaxSandboxes
 	if limit <= 0 {
@@ -401,7 +465,7 @@ func (s *Server) checkCount(ctx context.Context, st *session, n int) error {
 	held := len(st.owned)
 	st.ownMu.Unlock()
 	if held+n > limit {
-		return &corral.Error{Code: corral.CodeResourceExhausted, Message: fmt.Sprintf(
+		return &corral.Error{Status: 429, Code: corral.CodeResourceExhausted, Message: fmt.Sprintf(
 			"this session holds %d of the %d sandboxes it may have; delete one with sandbox_kill first", held, limit)}
 	}
 	return nil

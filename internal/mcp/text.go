@@ -3,6 +3,7 @@ package mcp
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"strings"
@@ -112,7 +113,7 @@ func failure(err error) *mcp.CallToolResult {
 		msg = e.Message
 	case unreachable(err):
 		code = corral.CodeUnavailable
-		msg = "cannot reach the Corral daemon (is `corral server` running, and CORRAL_HOST right?): " + err.Error()
+		msg = "cannot reach the Corral daemon, or lost the connection to it (is `corral server` running, and CORRAL_HOST right?): " + err.Error()
 	default:
 		code = corral.CodeInternal
 	}
@@ -123,11 +124,12 @@ func failure(err error) *mcp.CallToolResult {
 	}
 }
 
-// unreachable reports whether err is a failure to connect to the daemon.
+// unreachable reports whether err is a failure to reach the daemon, or
+// the loss of the connection to it (a daemon that stopped mid-call).
 func unreachable(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
+	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // ansi matches the terminal escapes of tracebacks.

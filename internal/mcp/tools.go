@@ -75,7 +75,12 @@ func addTool[In any](s *Server, name, title, description string, k kind, h toolF
 			}
 			res, err := h(ctx, st, in)
 			if err != nil {
-				return failure(err), nil
+				res = failure(err)
+			}
+			if st.takeReplaced() {
+				note := fmt.Sprintf("note: this session's sandbox was gone (deleted, or unused for %s), so a new, empty one was made: files and processes of the old one are lost\n",
+					s.cfg.Policy.SessionIdle)
+				res.Content = append([]mcp.Content{&mcp.TextContent{Text: note}}, res.Content...)
 			}
 			return res, nil
 		})
