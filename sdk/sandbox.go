@@ -13,14 +13,17 @@ import (
 
 // Sandbox is a sandbox as the daemon reports it.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template"`
-	Runtime   string            `json:"runtime"`
-	State     string            `json:"state"` // creating, running, paused, error, deleting
-	CPUs      float64           `json:"cpus"`
-	MemoryMB  int64             `json:"memory_mb"`
-	Pids      int64             `json:"pids"`
-	DiskMB    int64             `json:"disk_mb,omitempty"`
+	ID       string  `json:"id"`
+	Template string  `json:"template"`
+	Runtime  string  `json:"runtime"`
+	State    string  `json:"state"` // creating, running, paused, error, deleting
+	CPUs     float64 `json:"cpus"`
+	MemoryMB int64   `json:"memory_mb"`
+	Pids     int64   `json:"pids"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+	// Tenant owns the sandbox (the tenant of the key that made it); "" is
+	// the operator's. Other tenants' keys do not see it.
+	Tenant    string            `json:"tenant,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	Deadline  *time.Time        `json:"deadline,omitempty"`

@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	d.log.Info("corral daemon started", "state_dir", d.cfg.StateDir, "run_dir", d.cfg.RunDir, "socket", d.cfg.Socket, "listen", d.cfg.Listen,
-		"storage", d.storage.Name(), "agent", d.cfg.AgentPath, "sandboxes", len(d.manager.List(sandbox.Filter{})))
+		"storage", d.storage.Name(), "agent", d.cfg.AgentPath, "sandboxes", len(d.manager.List(ctx, sandbox.Filter{})))
 	return d, nil
 }
 
@@ -394,7 +394,7 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	// state or run dir may be using.
 	started := d.manager != nil
 	if started {
-		idle = len(d.manager.List(sandbox.Filter{Pooled: true})) == 0
+		idle = len(d.manager.List(ctx, sandbox.Filter{Pooled: true})) == 0
 		_ = d.manager.Close() // waits for network teardowns
 	}
 	d.closeNetwork(ctx)

@@ -297,7 +297,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	spec := sandbox.Spec{Template: s.resolveTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata, Mounts: mounts}
 	if _, err := s.m.Template(spec.Template); err != nil {
 		// E2B starts a sandbox from a snapshot by naming it as the template.
-		if _, serr := s.m.GetSnapshot(req.TemplateID); serr == nil {
+		if _, serr := s.m.GetSnapshot(r.Context(), req.TemplateID); serr == nil {
 			spec.Template, spec.FromSnapshot = "", req.TemplateID
 		}
 	}
@@ -328,7 +328,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Get(r.PathValue("id"))
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeAPIError(w, r, err)
 		return
@@ -344,7 +344,7 @@ func (s *Server) listRunning(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []sandboxInfo{}
-	for _, sb := range s.m.List(sandbox.Filter{State: sandbox.StateRunning, Metadata: md}) {
+	for _, sb := range s.m.List(r.Context(), sandbox.Filter{State: sandbox.StateRunning, Metadata: md}) {
 		out = append(out, s.info(sb, false, true))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -385,7 +385,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	all := s.m.List(sandbox.Filter{Metadata: md})
+	all := s.m.List(r.Context(), sandbox.Filter{Metadata: md})
 	if q.Get("order") == "desc" {
 		slices.Reverse(all)
 	}

@@ -88,7 +88,7 @@ func newEnv(t testing.TB) *env {
 	t.Cleanup(func() {
 		ts.Close()
 		srv.Close()
-		for _, sb := range m.List(sandbox.Filter{}) {
+		for _, sb := range m.List(context.Background(), sandbox.Filter{}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()
@@ -228,7 +228,7 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("autoPause: %d %v", code, out)
 	}
 	paused := out["sandboxID"].(string)
-	if sb, err := e.m.Get(paused); err != nil || sb.OnDeadline != sandbox.ActionPause {
+	if sb, err := e.m.Get(context.Background(), paused); err != nil || sb.OnDeadline != sandbox.ActionPause {
 		t.Errorf("autoPause sandbox: %+v %v", sb, err)
 	}
 	if err := e.m.Delete(t.Context(), paused); err != nil {
@@ -263,11 +263,11 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("bad state: %d %v", code, out)
 	}
 
-	before, _ := e.m.Get(e.id)
+	before, _ := e.m.Get(context.Background(), e.id)
 	if code := e.api("POST", "/sandboxes/"+e.id+"/timeout", `{"timeout":3600}`, nil); code != 204 {
 		t.Errorf("timeout: %d", code)
 	}
-	after, _ := e.m.Get(e.id)
+	after, _ := e.m.Get(context.Background(), e.id)
 	if !after.Deadline.After(before.Deadline.Add(50 * time.Minute)) {
 		t.Errorf("deadline %v -> %v", before.Deadline, after.Deadline)
 	}
@@ -275,13 +275,13 @@ func TestControlPlane(t *testing.T) {
 	if code := e.api("POST", "/v2/sandboxes/"+e.id+"/connect", `{"timeout":10}`, &out); code != 200 || out["envdAccessToken"] != e.token {
 		t.Errorf("connect: %d %v", code, out)
 	}
-	if again, _ := e.m.Get(e.id); !again.Deadline.Equal(after.Deadline) {
+	if again, _ := e.m.Get(context.Background(), e.id); !again.Deadline.Equal(after.Deadline) {
 		t.Errorf("connect shortened the deadline: %v -> %v", after.Deadline, again.Deadline)
 	}
 	if code := e.api("POST", "/sandboxes/"+e.id+"/pause", `{}`, nil); code != 204 {
 		t.Errorf("pause: %d", code)
 	}
-	if sb, _ := e.m.Get(e.id); sb.State != sandbox.StatePaused {
+	if sb, _ := e.m.Get(context.Background(), e.id); sb.State != sandbox.StatePaused {
 		t.Errorf("after pause the sandbox is %s", sb.State)
 	}
 	if code := e.api("POST", "/sandboxes/"+e.id+"/pause", `{}`, &out); code != 409 {
@@ -290,7 +290,7 @@ func TestControlPlane(t *testing.T) {
 	if code := e.api("POST", "/v2/sandboxes/"+e.id+"/connect", `{"timeout":600}`, &out); code != 201 {
 		t.Errorf("connect to a paused sandbox: %d %v", code, out)
 	}
-	if sb, _ := e.m.Get(e.id); sb.State != sandbox.StateRunning || sb.Deadline.Before(time.Now().Add(9*time.Minute)) {
+	if sb, _ := e.m.Get(context.Background(), e.id); sb.State != sandbox.StateRunning || sb.Deadline.Before(time.Now().Add(9*time.Minute)) {
 		t.Errorf("after connect the sandbox is %s with deadline %v", sb.State, sb.Deadline)
 	}
 	var metrics []map[string]any
@@ -821,7 +821,7 @@ func TestAuthSchemeCase(t *testing.T) {
 func TestTimeoutsOutOfRange(t *testing.T) {
 	e := newEnv(t)
 	const huge = "9223372036854775807"
-	before, _ := e.m.Get(e.id)
+	before, _ := e.m.Get(context.Background(), e.id)
 	for _, tt := range []struct{ path, body string }{
 		{"/sandboxes", `{"templateID":"bb","timeout":` + huge + `}`},
 		{"/sandboxes", `{"templateID":"bb","timeout":-1}`},
@@ -835,10 +835,10 @@ func TestTimeoutsOutOfRange(t *testing.T) {
 			t.Errorf("POST %s %s: %d %v; want 400 naming the timeout's range", tt.path, tt.body, code, out)
 		}
 	}
-	if after, _ := e.m.Get(e.id); !after.Deadline.Equal(before.Deadline) {
+	if after, _ := e.m.Get(context.Background(), e.id); !after.Deadline.Equal(before.Deadline) {
 		t.Errorf("refused timeouts moved the deadline: %v -> %v", before.Deadline, after.Deadline)
 	}
-	if list := e.m.List(sandbox.Filter{}); len(list) != 1 {
+	if list := e.m.List(context.Background(), sandbox.Filter{}); len(list) != 1 {
 		t.Errorf("%d sandboxes after refused creates and forks, want 1", len(list))
 	}
 }

@@ -41,7 +41,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 // extend moves the deadline of id to now + d when that is later; it never
 // shortens a deadline and leaves a sandbox without one alone.
 func (s *Server) extend(ctx context.Context, id string, d time.Duration) error {
-	sb, err := s.m.Get(id)
+	sb, err := s.m.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	p, ok := any(s.m).(pauser)
 	if !ok {
-		if _, err := s.m.Get(id); err != nil {
+		if _, err := s.m.Get(r.Context(), id); err != nil {
 			s.writeAPIError(w, r, err)
 			return
 		}
@@ -118,7 +118,7 @@ func (s *Server) resumeRequest(r *http.Request) (sandbox.Sandbox, *time.Duration
 	if err != nil {
 		return sandbox.Sandbox{}, nil, err
 	}
-	sb, err := s.m.Get(r.PathValue("id"))
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	return sb, timeout, err
 }
 

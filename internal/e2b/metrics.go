@@ -25,7 +25,7 @@ type metric struct {
 // metricOf reads one sample now. Corral keeps no history: CPU use is the
 // average since the sandbox started, and disk use is not measured.
 func (s *Server) metricOf(ctx context.Context, id string) (metric, error) {
-	sb, err := s.m.Get(id)
+	sb, err := s.m.Get(ctx, id)
 	if err != nil {
 		return metric{}, err
 	}

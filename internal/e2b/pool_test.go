@@ -21,7 +21,7 @@ func TestCreateClaimsFromPool(t *testing.T) {
 	var member string
 	for deadline := time.Now().Add(10 * time.Second); member == ""; {
 		if st, err := e.m.PoolStatus("warm"); err == nil && st.Ready == 1 {
-			for _, sb := range e.m.List(sandbox.Filter{Pooled: true}) {
+			for _, sb := range e.m.List(context.Background(), sandbox.Filter{Pooled: true}) {
 				if sb.Pool == "warm" {
 					member = sb.ID
 				}
@@ -39,7 +39,7 @@ func TestCreateClaimsFromPool(t *testing.T) {
 	if got := created["sandboxID"]; got != member {
 		t.Fatalf("E2B create made %v, not the pool's %s", got, member)
 	}
-	sb, err := e.m.Get(member)
+	sb, err := e.m.Get(context.Background(), member)
 	if err != nil || sb.Env["K"] != "v" || sb.Pool != "" {
 		t.Fatalf("claimed sandbox %+v (%v)", sb, err)
 	}

@@ -395,7 +395,7 @@ func (p processService) CloseStdin(ctx context.Context, req *connect.Request[env
 // templateWorkdir reports whether sandbox id's template names a working
 // directory.
 func (s *Server) templateWorkdir(id string) bool {
-	sb, err := s.m.Get(id)
+	sb, err := s.m.Get(context.Background(), id)
 	if err != nil {
 		return false
 	}

@@ -242,7 +242,7 @@ func (s *Server) envs(w http.ResponseWriter, r *http.Request, id string) {
 		s.writeAPIError(w, r, err)
 		return
 	}
-	sb, err := s.m.Get(id)
+	sb, err := s.m.Get(r.Context(), id)
 	if err != nil {
 		s.writeAPIError(w, r, unavailable("%v", err))
 		return
@@ -259,7 +259,7 @@ func (s *Server) envs(w http.ResponseWriter, r *http.Request, id string) {
 // E2B's proxy answers for a killed sandbox; the SDK then reports that the
 // sandbox was killed or timed out, rather than that a file is missing.
 func (s *Server) agent(id string) (*agentclient.Client, error) {
-	c, err := s.m.Agent(id)
+	c, err := s.m.Agent(context.Background(), id)
 	if err != nil {
 		return nil, unavailable("%v", err)
 	}

@@ -55,7 +55,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	out := []snapshotInfo{}
-	for _, sn := range s.m.Snapshots() {
+	for _, sn := range s.m.Snapshots(r.Context()) {
 		if id := q.Get("sandboxID"); id != "" && sn.SandboxID != id {
 			continue
 		}
@@ -76,7 +76,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // a sandbox or snapshot uses stays, and the answer says so.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("id")
-	if _, err := s.m.GetSnapshot(name); err != nil {
+	if _, err := s.m.GetSnapshot(r.Context(), name); err != nil {
 		ok, derr := s.deleteTemplateBuilds(r.Context(), name)
 		if !ok {
 			if _, terr := s.m.Template(name); terr != nil {

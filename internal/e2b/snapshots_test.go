@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"testing"
 )
 
@@ -38,7 +39,7 @@ func TestSnapshotsAndFork(t *testing.T) {
 		if !ok || sb["envdAccessToken"] == "" {
 			t.Fatalf("fork result %v", f)
 		}
-		got, err := e.m.Get(sb["sandboxID"].(string))
+		got, err := e.m.Get(context.Background(), sb["sandboxID"].(string))
 		if err != nil || got.Deadline.Sub(got.CreatedAt) > 31e9 {
 			t.Fatalf("forked sandbox %+v (%v), want a 30 s timeout", got, err)
 		}

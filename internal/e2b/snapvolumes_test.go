@@ -54,7 +54,7 @@ func TestSnapshotAndForkShareVolumes(t *testing.T) {
 	}
 	fork := forks[0]["sandbox"].(map[string]any)["sandboxID"].(string)
 	for _, id := range []string{created["sandboxID"].(string), fork} {
-		sb, err := e.m.Get(id)
+		sb, err := e.m.Get(context.Background(), id)
 		if err != nil || len(sb.Mounts) != 1 || sb.Mounts[0].Volume != "data" {
 			t.Errorf("sandbox %s mounts %+v (%v), want volume data", id, sb.Mounts, err)
 		}

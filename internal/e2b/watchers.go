@@ -190,7 +190,7 @@ func (ws *watcherSet) pruneLocked() {
 		w.mu.Lock()
 		ended := w.ended
 		w.mu.Unlock()
-		if _, err := ws.s.m.Get(w.sandbox); ended && err != nil {
+		if _, err := ws.s.m.Get(context.Background(), w.sandbox); ended && err != nil {
 			delete(ws.ws, id)
 		}
 	}

@@ -80,7 +80,7 @@ func apiRoots(t testing.TB, mods ...func(*sandbox.Config)) (*corral.Client, stri
 	t.Cleanup(func() {
 		c.Close()
 		ts.Close()
-		for _, sb := range m.List(sandbox.Filter{Pooled: true}) {
+		for _, sb := range m.List(context.Background(), sandbox.Filter{Pooled: true}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()

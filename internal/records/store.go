@@ -1,5 +1,5 @@
 // Package records persists Corral's records (sandboxes, templates, pools,
-// snapshots, volumes) in SQLite
+// snapshots, volumes, API keys) in SQLite
 // (modernc.org/sqlite, pure Go) under the state directory. It is the source
 // of truth that a restarted daemon reconciles the host against. It stores
 // records; it does not decide anything about them.
@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // Store is a SQLite-backed sandbox.Store. It is safe for concurrent use;
@@ -26,6 +27,7 @@ var (
 	_ sandbox.Store         = (*Store)(nil)
 	_ sandbox.SnapshotStore = (*Store)(nil)
 	_ sandbox.VolumeStore   = (*Store)(nil)
+	_ tenancy.Store         = (*Store)(nil)
 )
 
 const schema = `
@@ -47,6 +49,10 @@ CREATE TABLE IF NOT EXISTS snapshots (
 	data TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS volumes (
+	name TEXT PRIMARY KEY,
+	data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
 	name TEXT PRIMARY KEY,
 	data TEXT NOT NULL
 );

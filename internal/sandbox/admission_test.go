@@ -89,7 +89,7 @@ func TestAdmissionLimits(t *testing.T) {
 			if got := h.m.Metrics().AdmissionRefusals.Value(tt.reason); got != 1 {
 				t.Errorf("refusals with reason %s = %v, want 1", tt.reason, got)
 			}
-			if n := len(h.m.List(Filter{})); n != len(tt.first) {
+			if n := len(h.m.List(context.Background(), Filter{})); n != len(tt.first) {
 				t.Errorf("%d sandboxes after the refusal, want %d", n, len(tt.first))
 			}
 			if tt.then != nil {
@@ -97,7 +97,7 @@ func TestAdmissionLimits(t *testing.T) {
 					t.Errorf("create within the limit: %v", err)
 				}
 			}
-			for _, sb := range h.m.List(Filter{}) {
+			for _, sb := range h.m.List(context.Background(), Filter{}) {
 				if err := h.m.Delete(t.Context(), sb.ID); err != nil {
 					t.Fatal(err)
 				}
@@ -180,7 +180,7 @@ func TestAdmissionQueue(t *testing.T) {
 	if n, _, _, q := h.m.adm.Usage(); n != 1 || q != 0 {
 		t.Errorf("budget: %d sandboxes, %d queued; want 1 and 0", n, q)
 	}
-	for _, sb := range h.m.List(Filter{}) {
+	for _, sb := range h.m.List(context.Background(), Filter{}) {
 		if err := h.m.Delete(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +234,7 @@ func TestAdmissionConcurrent(t *testing.T) {
 	if ok != capacity || ok+busy != tries {
 		t.Errorf("%d created, %d refused; want %d and %d", ok, busy, capacity, tries-capacity)
 	}
-	for _, sb := range h.m.List(Filter{}) {
+	for _, sb := range h.m.List(context.Background(), Filter{}) {
 		if err := h.m.Delete(t.Context(), sb.ID); err != nil {
 			t.Fatal(err)
 		}

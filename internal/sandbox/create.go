@@ -21,6 +21,7 @@ import (
 	"github.com/corralrun/corral/internal/events"
 	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/undo"
 )
 
@@ -64,7 +65,7 @@ func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource,
 	if err != nil {
 		return Sandbox{}, err
 	}
-	sb.Owner = admission.Principal(ctx)
+	sb.Owner, sb.Tenant = admission.Principal(ctx), tenancy.Owner(ctx)
 	if src == nil {
 		return m.createFresh(ctx, sb, drv, started)
 	}

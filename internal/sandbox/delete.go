@@ -15,7 +15,7 @@ import (
 // when ctx is canceled halfway, so a client that goes away cannot leave a
 // half-deleted sandbox.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	e, _, unlock, err := m.lockEntry(id)
+	e, _, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -9,16 +9,17 @@ import (
 	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
 
 // Agent returns the agent client of a running sandbox, for file
 // operations. The client stays owned by the Manager.
-func (m *Manager) Agent(id string) (*agentclient.Client, error) {
+func (m *Manager) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok || e.sb.Pool != "" {
+	if !ok || e.sb.Pool != "" || !tenancy.Sees(ctx, e.sb.Tenant) {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {
@@ -33,7 +34,7 @@ func (m *Manager) Agent(id string) (*agentclient.Client, error) {
 // When a process dies of SIGKILL and the sandbox's OOM-kill count rose
 // meanwhile, the exit event says OOMKilled.
 func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn func(wire.ExecEvent) error) error {
-	e, client, runtime, err := m.running(id, &req)
+	e, client, runtime, err := m.running(ctx, id, &req)
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartReq
 			return wire.ProcessInfo{}, err
 		}
 	}
-	e, client, _, err := m.running(id, &req.ExecRequest)
+	e, client, _, err := m.running(ctx, id, &req.ExecRequest)
 	if err != nil {
 		return wire.ProcessInfo{}, err
 	}
@@ -144,11 +145,11 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartReq
 
 // running returns a running sandbox's entry, agent and runtime, and fills
 // in what req leaves to the sandbox and its template (withDefaults).
-func (m *Manager) running(id string, req *wire.ExecRequest) (*entry, *agentclient.Client, string, error) {
+func (m *Manager) running(ctx context.Context, id string, req *wire.ExecRequest) (*entry, *agentclient.Client, string, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok || e.sb.Pool != "" {
+	if !ok || e.sb.Pool != "" || !tenancy.Sees(ctx, e.sb.Tenant) {
 		return nil, nil, "", errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	if e.sb.State != StateRunning || e.agent == nil {

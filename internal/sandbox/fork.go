@@ -11,6 +11,7 @@ import (
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/snapshotdir"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // MaxForks bounds the copies one Fork makes.
@@ -26,9 +27,10 @@ type restoreSource struct {
 // useSnapshot verifies snapshot name's checksums and returns its record
 // and directory. The snapshot cannot be deleted until release; any number
 // of restores may use it at once.
-func (m *Manager) useSnapshot(name string) (Snapshot, string, func(), error) {
+func (m *Manager) useSnapshot(ctx context.Context, name string) (Snapshot, string, func(), error) {
 	m.snaps.mu.Lock()
 	s, ok := m.snaps.byName[name]
+	ok = ok && tenancy.Sees(ctx, s.Tenant)
 	if ok {
 		m.snaps.readers[name]++
 	}
@@ -59,7 +61,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, spec Spec) (Sandbox, e
 	if isReadySnapshot(spec.FromSnapshot) {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", spec.FromSnapshot)
 	}
-	s, dir, release, err := m.useSnapshot(spec.FromSnapshot)
+	s, dir, release, err := m.useSnapshot(ctx, spec.FromSnapshot)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -135,7 +137,7 @@ func (m *Manager) ForkWith(ctx context.Context, id string, n int, o ForkOptions)
 	if err := RangeForkCount.Check(int64(n)); err != nil {
 		return nil, err
 	}
-	e, err := m.entry(id)
+	e, err := m.entry(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func (m *Manager) ForkWith(ctx context.Context, id string, n int, o ForkOptions)
 // template's tree with the snapshot's changes applied. Memory is not part
 // of a template.
 func (m *Manager) TemplateFromSnapshot(ctx context.Context, name, snapName string) (Template, error) {
-	s, dir, release, err := m.useSnapshot(snapName)
+	s, dir, release, err := m.useSnapshot(ctx, snapName)
 	if err != nil {
 		return Template{}, err
 	}

@@ -196,7 +196,7 @@ func (m *Manager) fire(ctx context.Context, t timer) {
 		}
 		if t.reason == "idle" {
 			log.Error("pausing idle sandbox", "err", err)
-			if e, eerr := m.entry(t.id); eerr == nil {
+			if e, eerr := m.entry(ctx, t.id); eerr == nil {
 				e.act.touch(m.cfg.Now())
 			}
 			return
@@ -205,7 +205,7 @@ func (m *Manager) fire(ctx context.Context, t timer) {
 	}
 	log.Info("sandbox timer fired")
 	if t.reason == "deadline" {
-		if sb, err := m.Get(t.id); err == nil {
+		if sb, err := m.Get(ctx, t.id); err == nil {
 			m.emit(events.Timeout, sb, nil)
 		}
 	}
@@ -229,7 +229,7 @@ func (m *Manager) pauseFor(ctx context.Context, t timer) error {
 	if t.reason != "deadline" {
 		return nil
 	}
-	e, _, unlock, err := m.lockEntry(t.id)
+	e, _, unlock, err := m.lockEntry(ctx, t.id)
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func (m *Manager) pauseFor(ctx context.Context, t timer) error {
 // SetTimeout sets a sandbox's deadline to now+timeout (0: no deadline, when
 // the server allows it). This is the only way a deadline changes.
 func (m *Manager) SetTimeout(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
-	e, _, unlock, err := m.lockEntry(id)
+	e, _, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -22,7 +22,7 @@ func (p *fakePauser) pause(ctx context.Context, id string) (Sandbox, error) {
 	p.mu.Lock()
 	p.paused = append(p.paused, id)
 	p.mu.Unlock()
-	e, err := p.h.m.entry(id)
+	e, err := p.h.m.entry(context.Background(), id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -58,32 +58,32 @@ func TestIdleTimeoutDestroys(t *testing.T) {
 	execStdout(t, h, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}) // activity
 	h.now.Add(50 * time.Second)
 	h.m.reapExpired()
-	if _, err := h.m.Get(sb.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), sb.ID); err != nil {
 		t.Fatalf("reaped 50s after an exec: %v", err)
 	}
 	// File activity resets the idle clock too; reading the record does not.
-	if _, err := h.m.Agent(sb.ID); err != nil {
+	if _, err := h.m.Agent(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.now.Add(50 * time.Second)
 	h.m.reapExpired()
-	if _, err := h.m.Get(sb.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), sb.ID); err != nil {
 		t.Fatalf("reaped 50s after file activity: %v", err)
 	}
 	// An attach session holds the sandbox active however long it lasts.
 	release := h.m.Active(sb.ID)
 	h.now.Add(10 * time.Minute)
 	h.m.reapExpired()
-	if _, err := h.m.Get(sb.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), sb.ID); err != nil {
 		t.Fatalf("reaped during an attach session: %v", err)
 	}
 	release()
 	h.now.Add(30 * time.Second)
-	h.m.Get(sb.ID)
-	h.m.List(Filter{})
+	h.m.Get(context.Background(), sb.ID)
+	h.m.List(context.Background(), Filter{})
 	h.now.Add(31 * time.Second)
 	h.m.reapExpired()
-	if _, err := h.m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Get(context.Background(), sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("idle sandbox not destroyed: %v", err)
 	}
 	h.assertClean(t)
@@ -132,12 +132,12 @@ func TestLifecycleActions(t *testing.T) {
 	h.m.reapExpired()
 	h.now.Add(61 * time.Second)
 	h.m.reapExpired()
-	if got, _ := h.m.Get(idle.ID); got.State != StatePaused || got.Deadline.IsZero() {
+	if got, _ := h.m.Get(context.Background(), idle.ID); got.State != StatePaused || got.Deadline.IsZero() {
 		t.Fatalf("idle sandbox after its idle timeout: %+v", got)
 	}
 	h.now.Add(time.Minute)
 	h.m.reapExpired()
-	got, _ := h.m.Get(late.ID)
+	got, _ := h.m.Get(context.Background(), late.ID)
 	if got.State != StatePaused || !got.Deadline.IsZero() {
 		t.Fatalf("sandbox after its deadline with action pause: %+v", got)
 	}
@@ -146,10 +146,10 @@ func TestLifecycleActions(t *testing.T) {
 	}
 	h.now.Add(time.Hour)
 	h.m.reapExpired()
-	if _, err := h.m.Get(late.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), late.ID); err != nil {
 		t.Fatalf("paused sandbox reaped later: %v", err)
 	}
-	if _, err := h.m.Get(idle.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Get(context.Background(), idle.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("idle-paused sandbox outlived its deadline (destroy): %v", err)
 	}
 	if calls := p.calls(); len(calls) != 2 {
@@ -212,7 +212,7 @@ func TestIdleTimeoutWaitsForExec(t *testing.T) {
 	<-started
 	h.now.Add(5 * time.Minute)
 	h.m.reapExpired()
-	if _, err := h.m.Get(sb.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), sb.ID); err != nil {
 		t.Fatalf("reaped during an exec: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -220,7 +220,7 @@ func TestIdleTimeoutWaitsForExec(t *testing.T) {
 	}
 	h.now.Add(2 * time.Minute)
 	h.m.reapExpired()
-	if _, err := h.m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Get(context.Background(), sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("not reaped after the exec: %v", err)
 	}
 	h.assertClean(t)

@@ -17,6 +17,7 @@ import (
 	"github.com/corralrun/corral/internal/events"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // Limits are resource limits; zero fields mean "no value".
@@ -239,7 +240,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return err
 	}
-	for _, sb := range m.List(Filter{Pooled: true}) {
+	for _, sb := range m.List(ctx, Filter{Pooled: true}) {
 		if sb.State != StateStopped { // a stopped sandbox holds no claim
 			m.adm.Hold(sb.ID, claimOf(sb))
 		}
@@ -306,22 +307,22 @@ func (m *Manager) runtimeNames() []string {
 }
 
 // Get returns a copy of one sandbox.
-func (m *Manager) Get(id string) (Sandbox, error) {
+func (m *Manager) Get(ctx context.Context, id string) (Sandbox, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok || e.sb.Pool != "" {
+	if !ok || e.sb.Pool != "" || !tenancy.Sees(ctx, e.sb.Tenant) {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	return e.sb.clone(), nil
 }
 
 // List returns copies of the sandboxes matching f, oldest first.
-func (m *Manager) List(f Filter) []Sandbox {
+func (m *Manager) List(ctx context.Context, f Filter) []Sandbox {
 	m.mu.RLock()
 	out := make([]Sandbox, 0, len(m.sandboxes))
 	for _, e := range m.sandboxes {
-		if f.match(e.sb) {
+		if f.match(e.sb) && tenancy.Sees(ctx, e.sb.Tenant) {
 			out = append(out, e.sb.clone())
 		}
 	}
@@ -337,7 +338,7 @@ func (m *Manager) List(f Filter) []Sandbox {
 
 // Stats reads a running sandbox's resource usage.
 func (m *Manager) Stats(ctx context.Context, id string) (driver.Stats, error) {
-	sb, err := m.Get(id)
+	sb, err := m.Get(ctx, id)
 	if err != nil {
 		return driver.Stats{}, err
 	}

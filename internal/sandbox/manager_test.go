@@ -117,7 +117,7 @@ func (h *harness) start(t *testing.T) {
 	}
 	h.m = m
 	t.Cleanup(func() {
-		for _, sb := range m.List(Filter{Pooled: true}) {
+		for _, sb := range m.List(context.Background(), Filter{Pooled: true}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()
@@ -141,7 +141,7 @@ func (h *harness) restartWithFailDelete(t *testing.T, failDelete func(string) er
 // assertClean checks that no sandbox resource is left anywhere.
 func (h *harness) assertClean(t *testing.T) {
 	t.Helper()
-	if got := h.m.List(Filter{}); len(got) != 0 {
+	if got := h.m.List(context.Background(), Filter{}); len(got) != 0 {
 		t.Errorf("manager still lists %d sandboxes", len(got))
 	}
 	if recs, _ := h.store.Sandboxes(t.Context()); len(recs) != 0 {
@@ -259,17 +259,17 @@ func TestDeadlines(t *testing.T) {
 	}
 	h.now.Add(59 * time.Second)
 	h.m.reapExpired()
-	if _, err := h.m.Get(short.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), short.ID); err != nil {
 		t.Fatalf("reaped before its deadline: %v", err)
 	}
 	// Reading and exec do not move the deadline.
-	got, _ := h.m.Get(short.ID)
+	got, _ := h.m.Get(context.Background(), short.ID)
 	if !got.Deadline.Equal(short.Deadline) {
 		t.Fatalf("deadline moved: %s -> %s", short.Deadline, got.Deadline)
 	}
 	h.now.Add(2 * time.Second)
 	h.m.reapExpired()
-	if _, err := h.m.Get(short.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Get(context.Background(), short.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("expired sandbox still there: %v", err)
 	}
 	// An explicit SetTimeout is the way to extend.
@@ -282,7 +282,7 @@ func TestDeadlines(t *testing.T) {
 	}
 	h.now.Add(40 * time.Minute)
 	h.m.reapExpired()
-	if _, err := h.m.Get(long.ID); err != nil {
+	if _, err := h.m.Get(context.Background(), long.ID); err != nil {
 		t.Fatalf("extended sandbox reaped early: %v", err)
 	}
 	h.now.Add(11 * time.Minute)
@@ -353,7 +353,7 @@ func TestReconcile(t *testing.T) {
 	}
 	defer m2.Close()
 	var ids []string
-	for _, sb := range m2.List(Filter{}) {
+	for _, sb := range m2.List(context.Background(), Filter{}) {
 		ids = append(ids, sb.ID)
 	}
 	if diff := cmp.Diff([]string{alive.ID}, ids); diff != "" {
@@ -451,7 +451,7 @@ func TestDeadInstanceBecomesErrorAndDeletes(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("exec in a dead sandbox: %v", err)
 	}
-	got, _ := h.m.Get(sb.ID)
+	got, _ := h.m.Get(context.Background(), sb.ID)
 	if got.State != StateError || !strings.Contains(got.Error, "stopped unexpectedly") {
 		t.Fatalf("after the instance died: %+v", got)
 	}
@@ -489,7 +489,7 @@ func TestFailedDeleteCanBeRetried(t *testing.T) {
 	if err := h.m.Delete(ctx, sb.ID); !errors.Is(err, boom) {
 		t.Fatalf("delete error %v, want %v", err, boom)
 	}
-	got, _ := h.m.Get(sb.ID)
+	got, _ := h.m.Get(context.Background(), sb.ID)
 	if got.State != StateError || !strings.Contains(got.Error, "runtime hiccup") {
 		t.Fatalf("after a failed delete: %+v", got)
 	}

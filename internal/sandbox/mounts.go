@@ -195,7 +195,8 @@ func (m *Manager) admitMounts(ms []Mount) ([]Mount, error) {
 	if m.cfg.Mounter == nil {
 		return nil, errdefs.Errorf(errdefs.ErrPermissionDenied, "this server mounts no host directories (corral server --allow-mount DIR allows some)")
 	}
-	if _, err := m.resolveVolumes(ms); err != nil {
+	// Existence only: hostMounts checks that the caller may use them.
+	if _, err := m.resolveVolumes(context.Background(), ms); err != nil {
 		return nil, err
 	}
 	if hm := hostMounts(ms); len(hm) > 0 {
@@ -232,7 +233,7 @@ func (m *Manager) hostMounts(ctx context.Context, drv driver.Driver, sb Sandbox,
 			return nil, fmt.Errorf("preparing mounts of sandbox %s: %w", sb.ID, err)
 		}
 	}
-	ms, err := m.resolveVolumes(sb.Mounts)
+	ms, err := m.resolveVolumes(ctx, sb.Mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +322,7 @@ type ChangeLister interface {
 // mount at target, compared with the host directory, which it never
 // changes.
 func (m *Manager) MountChanges(ctx context.Context, id, target string) ([]Change, error) {
-	e, err := m.entry(id)
+	e, err := m.entry(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -173,7 +173,7 @@ func (m *Manager) waitBackground() {
 // with errdefs.ErrFailedPrecondition (it needs a new sandbox), as does a
 // sandbox without a managed network.
 func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy) (Sandbox, error) {
-	e, _, unlock, err := m.lockEntry(id)
+	e, _, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -230,7 +230,7 @@ func TestNetworkTeardownInBackground(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Delete waited for the network teardown")
 	}
-	if _, err := h.m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Get(context.Background(), sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("sandbox still visible after Delete: %v", err)
 	}
 	if ids := fn.IDs(); len(ids) != 1 {
@@ -332,7 +332,7 @@ func TestUpdateNetwork(t *testing.T) {
 	if p := fn.Policy(listed.ID); hasRules(p) {
 		t.Errorf("live policy not restored after the store failed: %+v", p)
 	}
-	if sb, _ := h.m.Get(listed.ID); hasRules(sb.Network) {
+	if sb, _ := h.m.Get(context.Background(), listed.ID); hasRules(sb.Network) {
 		t.Errorf("sandbox policy not restored after the store failed: %+v", sb.Network)
 	}
 }
@@ -364,7 +364,7 @@ func TestNetworkReconcile(t *testing.T) {
 	if p := fn.Policy(kept.ID); len(p.Domains) != 1 || p.Domains[0].Name != "a.test" {
 		t.Errorf("adopted policy %+v", p)
 	}
-	if got, _ := h.m.Get(lost.ID); got.State != StateError {
+	if got, _ := h.m.Get(context.Background(), lost.ID); got.State != StateError {
 		t.Errorf("sandbox without network is %s, want error", got.State)
 	}
 	if _, err := os.Stat(filepath.Join(h.cfg.NetworkDir, "orphan")); !errors.Is(err, os.ErrNotExist) {

@@ -16,7 +16,7 @@ import (
 // calls fail with ErrFailedPrecondition until Resume. The deadline keeps
 // running. Drivers without the ability return ErrNotImplemented.
 func (m *Manager) Pause(ctx context.Context, id string) (Sandbox, error) {
-	e, sb, unlock, err := m.lockEntry(id)
+	e, sb, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -60,7 +60,7 @@ func (m *Manager) ResumeFor(ctx context.Context, id string, timeout time.Duratio
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e, sb, unlock, err := m.lockEntry(id)
+	e, sb, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}

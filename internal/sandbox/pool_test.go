@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"github.com/corralrun/corral/internal/admission"
 	"slices"
@@ -40,7 +41,7 @@ func readyN(n int) func(PoolStatus) bool {
 
 func memberIDs(m *Manager) []string {
 	var ids []string
-	for _, sb := range m.List(Filter{Pooled: true}) {
+	for _, sb := range m.List(context.Background(), Filter{Pooled: true}) {
 		if sb.Pool != "" {
 			ids = append(ids, sb.ID)
 		}
@@ -66,16 +67,16 @@ func TestPoolClaim(t *testing.T) {
 		t.Fatalf("members %v", members)
 	}
 	// Members are hidden from users.
-	if got := h.m.List(Filter{}); len(got) != 0 {
+	if got := h.m.List(context.Background(), Filter{}); len(got) != 0 {
 		t.Fatalf("List shows pool members: %+v", got)
 	}
-	if _, err := h.m.Get(members[0]); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Get(context.Background(), members[0]); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Get of a member: %v", err)
 	}
 	if err := h.m.Exec(ctx, members[0], wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Exec in a member: %v", err)
 	}
-	if _, err := h.m.Agent(members[0]); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.Agent(context.Background(), members[0]); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Agent of a member: %v", err)
 	}
 	for _, id := range members {
@@ -106,7 +107,7 @@ func TestPoolClaim(t *testing.T) {
 	if got := execStdout(t, h, sb.ID, wire.ExecRequest{Shell: "echo $GREETING"}); got != "hi\n" {
 		t.Fatalf("claimed env: %q", got)
 	}
-	if got := h.m.List(Filter{}); len(got) != 1 || got[0].ID != sb.ID {
+	if got := h.m.List(context.Background(), Filter{}); len(got) != 1 || got[0].ID != sb.ID {
 		t.Fatalf("List after claim: %+v", got)
 	}
 	waitPool(t, h.m, "p", readyN(2))
@@ -400,7 +401,7 @@ func TestPoolClaimSkipsDeadMember(t *testing.T) {
 	if sb.ID == dead {
 		t.Fatal("claimed a dead member")
 	}
-	if _, err := h.m.entry(dead); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.m.entry(context.Background(), dead); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("dead member kept: %v", err)
 	}
 	if err := h.m.RemovePool(ctx, "p"); err != nil {
@@ -444,7 +445,7 @@ func TestPoolAdmission(t *testing.T) {
 	if _, err := h.m.Create(b, Spec{Template: "tiny"}); err != nil {
 		t.Fatalf("claim of b: %v", err)
 	}
-	if got := len(h.m.List(Filter{Pooled: true})); got > 3 {
+	if got := len(h.m.List(context.Background(), Filter{Pooled: true})); got > 3 {
 		t.Fatalf("%d sandboxes exist with a limit of 3", got)
 	}
 	c := admission.WithPrincipal(ctx, "c")

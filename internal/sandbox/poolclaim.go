@@ -10,6 +10,7 @@ import (
 	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // claim hands out a warm sandbox for spec when a pool fits it (see
@@ -143,7 +144,7 @@ func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox
 	if err := m.ping(ctx, id, 2*time.Second); err != nil {
 		return Sandbox{}, err
 	}
-	e, err := m.entry(id)
+	e, err := m.entry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -170,7 +171,7 @@ func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox
 		m.mu.Unlock()
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "warm pool member %s changed while being claimed", id)
 	}
-	e.sb.Pool, e.sb.Owner = "", want.Owner
+	e.sb.Pool, e.sb.Owner, e.sb.Tenant = "", want.Owner, tenancy.Owner(ctx)
 	e.sb.Env, e.sb.Metadata = cloneMap(want.Env), cloneMap(want.Metadata)
 	e.sb.CreatedAt, e.sb.Deadline = want.CreatedAt, want.Deadline
 	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = want.IdleTimeout, want.OnDeadline, want.OnIdle

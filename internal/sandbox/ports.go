@@ -10,6 +10,7 @@ import (
 	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/network"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // PortDialer is the optional ability of a Network to connect to a port
@@ -36,6 +37,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	}
 	m.mu.RLock()
 	e, ok := m.sandboxes[id]
+	ok = ok && tenancy.Sees(ctx, e.sb.Tenant)
 	var sb Sandbox
 	var client *agentclient.Client
 	if ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // A ready snapshot is a memory snapshot of a new sandbox of a template,
@@ -74,7 +75,7 @@ func (m *Manager) CaptureReady(ctx context.Context, template, runtime string) (_
 	if err != nil {
 		return Template{}, err
 	}
-	sb.Owner = admission.Principal(ctx)
+	sb.Owner, sb.Tenant = admission.Principal(ctx), tenancy.Owner(ctx)
 	// Cold on purpose: a capture from the former ready snapshot would
 	// keep what that one holds.
 	if sb, err = m.create(ctx, sb, drv, nil, nil); err != nil {
@@ -224,7 +225,7 @@ func (m *Manager) readySource(sb Sandbox) (*restoreSource, func()) {
 	if name == "" || (t.Service != nil && !m.serviceAsCaptured(sb)) {
 		return nil, nil
 	}
-	s, dir, release, err := m.useSnapshot(name)
+	s, dir, release, err := m.useSnapshot(context.Background(), name)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrNotFound) { // not found: dropped meanwhile
 			m.log.Warn("ready snapshot unusable; creating cold", "template", sb.Template, "snapshot", name, "err", err)

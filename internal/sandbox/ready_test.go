@@ -100,10 +100,10 @@ func TestReadySnapshot(t *testing.T) {
 	if !isReadySnapshot(name) {
 		t.Fatalf("template after capture: %+v", tpl)
 	}
-	if got := h.m.List(Filter{Pooled: true}); len(got) != 0 {
+	if got := h.m.List(context.Background(), Filter{Pooled: true}); len(got) != 0 {
 		t.Fatalf("capture left sandboxes %+v", got)
 	}
-	if got := h.m.Snapshots(); len(got) != 0 {
+	if got := h.m.Snapshots(context.Background()); len(got) != 0 {
 		t.Fatalf("ready snapshot listed: %+v", got)
 	}
 	if got := snapshotDirs(t, dir); !slices.Equal(got, []string{name}) {
@@ -111,7 +111,7 @@ func TestReadySnapshot(t *testing.T) {
 	}
 	for _, err := range []error{
 		h.m.DeleteSnapshot(ctx, name),
-		func() error { _, err := h.m.GetSnapshot(name); return err }(),
+		func() error { _, err := h.m.GetSnapshot(context.Background(), name); return err }(),
 		func() error { _, err := h.m.Create(ctx, Spec{FromSnapshot: name}); return err }(),
 	} {
 		if !errors.Is(err, errdefs.ErrNotFound) {
@@ -152,7 +152,7 @@ func TestReadySnapshot(t *testing.T) {
 	if err := h.m.DeleteTemplate(ctx, "tiny"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("deleting a template with sandboxes: %v", err)
 	}
-	for _, sb := range h.m.List(Filter{}) {
+	for _, sb := range h.m.List(context.Background(), Filter{}) {
 		if err := h.m.Delete(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}

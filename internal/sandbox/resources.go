@@ -56,7 +56,7 @@ func (m *Manager) SetLifecycle(ctx context.Context, id string, l Lifecycle) (San
 
 // update is Update; members allows warm pool members.
 func (m *Manager) update(ctx context.Context, id string, u Update, members bool) (_ Sandbox, err error) {
-	e, sb, unlock, err := m.lockEntry(id)
+	e, sb, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}

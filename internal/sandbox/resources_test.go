@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"github.com/corralrun/corral/internal/admission"
 	"math"
@@ -119,7 +120,7 @@ func TestUpdateAllOrNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before, err := h.m.Get(sb.ID)
+			before, err := h.m.Get(context.Background(), sb.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +137,7 @@ func TestUpdateAllOrNothing(t *testing.T) {
 			if err == nil || (tt.kind != nil && !errors.Is(err, tt.kind)) {
 				t.Fatalf("Update = %v, want an error of kind %v", err, tt.kind)
 			}
-			after, _ := h.m.Get(sb.ID)
+			after, _ := h.m.Get(context.Background(), sb.ID)
 			if diff := cmp.Diff(before, after); diff != "" {
 				t.Errorf("record after a failed update (-before +after):\n%s", diff)
 			}

@@ -89,7 +89,7 @@ func (m *Manager) startService(ctx context.Context, ag *agentclient.Client, sb S
 // running (stopped, paused, starting) is errdefs.ErrFailedPrecondition.
 // It is not activity for the idle timeout.
 func (m *Manager) ServiceStatus(ctx context.Context, id string) (wire.ServiceStatus, error) {
-	e, err := m.entry(id)
+	e, err := m.entry(ctx, id)
 	if err != nil {
 		return wire.ServiceStatus{}, err
 	}

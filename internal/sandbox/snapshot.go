@@ -14,6 +14,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // Snapshot kinds: what a snapshot holds, and so what a sandbox made from
@@ -31,6 +32,8 @@ const (
 // and carries what a sandbox made from it needs.
 type Snapshot struct {
 	Name string `json:"name"`
+	// Tenant owns the snapshot, as Sandbox.Tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// Kind is SnapshotFilesystem or SnapshotMemory.
 	Kind        string            `json:"kind"`
 	SandboxID   string            `json:"sandbox_id"`
@@ -136,7 +139,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, spec SnapshotSpec) (S
 // snapshot is Snapshot under a name already checked, which may be a ready
 // snapshot's (ready.go).
 func (m *Manager) snapshot(ctx context.Context, id string, spec SnapshotSpec) (_ Snapshot, err error) {
-	e, err := m.entry(id)
+	e, err := m.entry(ctx, id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -178,7 +181,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, spec SnapshotSpec) (_
 	snap := Snapshot{
 		Name: spec.Name, Kind: kind, SandboxID: id, Template: sb.Template, Runtime: sb.Runtime,
 		MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids, DiskBytes: sb.DiskBytes,
-		Env: cloneMap(sb.Env), Metadata: cloneMap(spec.Metadata), CreatedAt: m.cfg.Now().UTC(),
+		Env: cloneMap(sb.Env), Metadata: cloneMap(spec.Metadata), CreatedAt: m.cfg.Now().UTC(), Tenant: tenancy.Owner(ctx),
 		Mounts: vols.mounts, VolumesCopied: vols.copied,
 	}
 	manifest, err := snapshotdir.Seal(tmp, snap)
@@ -292,11 +295,11 @@ func (m *Manager) releaseSnapshot(name string) {
 
 // Snapshots lists the published snapshots by name, without the ready
 // snapshots of templates, which belong to their template.
-func (m *Manager) Snapshots() []Snapshot {
+func (m *Manager) Snapshots(ctx context.Context) []Snapshot {
 	m.snaps.mu.Lock()
 	out := make([]Snapshot, 0, len(m.snaps.byName))
 	for _, s := range m.snaps.byName {
-		if !isReadySnapshot(s.Name) {
+		if !isReadySnapshot(s.Name) && tenancy.Sees(ctx, s.Tenant) {
 			out = append(out, s.clone())
 		}
 	}
@@ -306,11 +309,11 @@ func (m *Manager) Snapshots() []Snapshot {
 }
 
 // GetSnapshot returns one snapshot.
-func (m *Manager) GetSnapshot(name string) (Snapshot, error) {
+func (m *Manager) GetSnapshot(ctx context.Context, name string) (Snapshot, error) {
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
 	s, ok := m.snaps.byName[name]
-	if !ok || isReadySnapshot(name) {
+	if !ok || isReadySnapshot(name) || !tenancy.Sees(ctx, s.Tenant) {
 		return Snapshot{}, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
 	}
 	return s.clone(), nil
@@ -320,8 +323,8 @@ func (m *Manager) GetSnapshot(name string) (Snapshot, error) {
 // from it are not affected. A template's ready snapshot is not found here:
 // DropReady removes it.
 func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
-	if isReadySnapshot(name) {
-		return errdefs.Errorf(errdefs.ErrNotFound, "snapshot %q not found", name)
+	if _, err := m.GetSnapshot(ctx, name); err != nil {
+		return err
 	}
 	return m.deleteSnapshot(ctx, name)
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -65,7 +66,7 @@ func TestSnapshotRestoreFiles(t *testing.T) {
 	if _, err := h.m.Snapshot(ctx, src.ID, SnapshotSpec{Name: "Bad/Name"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("bad name: %v", err)
 	}
-	if sb, _ := h.m.Get(src.ID); sb.State != StateRunning {
+	if sb, _ := h.m.Get(context.Background(), src.ID); sb.State != StateRunning {
 		t.Fatalf("source is %s after the snapshot", sb.State)
 	}
 	writeRootFile(t, h, src.ID, "after", "2")
@@ -206,7 +207,7 @@ func TestForkFilesystem(t *testing.T) {
 	if _, err := h.m.Fork(ctx, src.ID, 2); err == nil {
 		t.Fatal("fork with failing creates succeeded")
 	}
-	if n := len(h.m.List(Filter{})); n != 4 {
+	if n := len(h.m.List(context.Background(), Filter{})); n != 4 {
 		t.Errorf("%d sandboxes after a failed fork, want 4", n)
 	}
 }
@@ -240,7 +241,7 @@ func TestSnapshotReconcile(t *testing.T) {
 	h.m.Close()
 	h.start(t)
 	var names []string
-	for _, s := range h.m.Snapshots() {
+	for _, s := range h.m.Snapshots(context.Background()) {
 		names = append(names, s.Name)
 	}
 	if diff := cmp.Diff([]string{"kept"}, names); diff != "" {
@@ -250,7 +251,7 @@ func TestSnapshotReconcile(t *testing.T) {
 	if len(left) != 1 || left[0].Name() != "kept" {
 		t.Fatalf("snapshot directory holds %v", left)
 	}
-	if sb, _ := h.m.Get(src.ID); sb.State != StateRunning {
+	if sb, _ := h.m.Get(context.Background(), src.ID); sb.State != StateRunning {
 		t.Fatalf("sandbox is %s after restart", sb.State)
 	}
 	if st, _ := h.drv.Status(ctx, src.ID); st != "running" {
@@ -292,7 +293,7 @@ func TestSnapshotConcurrentRestores(t *testing.T) {
 		}
 	}
 	// A delete is refused while a restore uses the snapshot.
-	_, _, release, err := h.m.useSnapshot("s")
+	_, _, release, err := h.m.useSnapshot(context.Background(), "s")
 	if err != nil {
 		t.Fatal(err)
 	}

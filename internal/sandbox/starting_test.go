@@ -59,7 +59,7 @@ func TestCreatesWithinStartingSlots(t *testing.T) {
 	if n := h.m.adm.Starting(); n != 0 {
 		t.Errorf("%d slots still taken", n)
 	}
-	for _, sb := range h.m.List(Filter{}) {
+	for _, sb := range h.m.List(context.Background(), Filter{}) {
 		if err := h.m.Delete(t.Context(), sb.ID); err != nil {
 			t.Fatal(err)
 		}

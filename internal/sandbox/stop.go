@@ -42,7 +42,7 @@ const stopTimeout = 2 * time.Minute
 // halfway; a stop that fails leaves the sandbox in the error state, from
 // which delete works.
 func (m *Manager) Stop(ctx context.Context, id string) (Sandbox, error) {
-	e, sb, unlock, err := m.lockEntry(id)
+	e, sb, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -170,7 +170,7 @@ func (m *Manager) StartFor(ctx context.Context, id string, timeout time.Duration
 	if err != nil {
 		return Sandbox{}, err
 	}
-	e, sb, unlock, err := m.lockEntry(id)
+	e, sb, unlock, err := m.lockEntry(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -331,7 +331,7 @@ func (m *Manager) stopFor(ctx context.Context, t timer, log *slog.Logger) bool {
 	}
 	if t.reason == "idle" {
 		log.Error("stopping idle sandbox", "err", err)
-		if e, eerr := m.entry(t.id); eerr == nil {
+		if e, eerr := m.entry(ctx, t.id); eerr == nil {
 			e.act.touch(m.cfg.Now())
 		}
 		return true

@@ -36,7 +36,7 @@ func writeRoot(t *testing.T, h *harness, id, want string) {
 // want.
 func readRoot(t *testing.T, h *harness, id, want string) {
 	t.Helper()
-	ag, err := h.m.Agent(id)
+	ag, err := h.m.Agent(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func (h *harness) mustStop(t *testing.T, id string) Sandbox {
 
 func (h *harness) checkStopped(t *testing.T, id string) {
 	t.Helper()
-	if got, err := h.m.Get(id); err != nil || got.State != StateStopped || !got.Deadline.IsZero() {
+	if got, err := h.m.Get(context.Background(), id); err != nil || got.State != StateStopped || !got.Deadline.IsZero() {
 		t.Fatalf("after stop: %+v, %v; want stopped without deadline", got, err)
 	}
 	if rec := h.store.sandbox(id); rec.State != StateStopped {
@@ -131,7 +131,7 @@ func TestStoppedRefusesOperations(t *testing.T) {
 		"exec": func() error {
 			return h.m.Exec(ctx, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil })
 		},
-		"files":    func() error { _, err := h.m.Agent(sb.ID); return err },
+		"files":    func() error { _, err := h.m.Agent(context.Background(), sb.ID); return err },
 		"pause":    func() error { _, err := h.m.Pause(ctx, sb.ID); return err },
 		"resume":   func() error { _, err := h.m.Resume(ctx, sb.ID); return err },
 		"snapshot": func() error { _, err := h.m.Snapshot(ctx, sb.ID, SnapshotSpec{Name: "s"}); return err },
@@ -224,7 +224,7 @@ func TestStartAdmission(t *testing.T) {
 	if _, err := h.m.StartSandbox(ctx, a.ID); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("start on a full server = %v, want busy", err)
 	}
-	if got, _ := h.m.Get(a.ID); got.State != StateStopped {
+	if got, _ := h.m.Get(context.Background(), a.ID); got.State != StateStopped {
 		t.Fatalf("refused start left %s", got.State)
 	}
 	if err := h.m.Delete(ctx, b.ID); err != nil {
@@ -391,7 +391,7 @@ func TestStopStartWhenTheStoreFails(t *testing.T) {
 	if _, err := h.m.Stop(ctx, sb.ID); !errors.Is(err, boom) {
 		t.Fatalf("stop with a failing store = %v", err)
 	}
-	if got, _ := h.m.Get(sb.ID); got.State != StateRunning {
+	if got, _ := h.m.Get(context.Background(), sb.ID); got.State != StateRunning {
 		t.Fatalf("after a failed stop: %s, want running", got.State)
 	}
 	failAt(0)

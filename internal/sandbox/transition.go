@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // move is one state change of a sandbox and what goes with it.
@@ -61,11 +62,13 @@ func (m *Manager) transition(ctx context.Context, e *entry, mv move) (Sandbox, e
 	return sb, nil
 }
 
-func (m *Manager) entry(id string) (*entry, error) {
+// entry returns sandbox id's entry if the caller of ctx may see it
+// (tenancy.Sees); another tenant's sandbox is not found, as an unknown one.
+func (m *Manager) entry(ctx context.Context, id string) (*entry, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.sandboxes[id]
-	if !ok {
+	if !ok || !tenancy.Sees(ctx, e.sb.Tenant) {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	return e, nil
@@ -74,8 +77,8 @@ func (m *Manager) entry(id string) (*entry, error) {
 // lockEntry looks sandbox id up, locks its op and returns its entry, a
 // copy of its record and the unlock function. A sandbox deleted while the
 // caller waited for op answers errdefs.ErrNotFound, as an unknown one does.
-func (m *Manager) lockEntry(id string) (*entry, Sandbox, func(), error) {
-	e, err := m.entry(id)
+func (m *Manager) lockEntry(ctx context.Context, id string) (*entry, Sandbox, func(), error) {
+	e, err := m.entry(ctx, id)
 	if err != nil {
 		return nil, Sandbox{}, nil, err
 	}

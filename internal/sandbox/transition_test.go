@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestTransition(t *testing.T) {
 					h.store.mu.Unlock()
 				}()
 			}
-			e, _, unlock, err := h.m.lockEntry(sb.ID)
+			e, _, unlock, err := h.m.lockEntry(context.Background(), sb.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +62,7 @@ func TestTransition(t *testing.T) {
 			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Fatalf("transition error %v, want %v", err, tt.wantErr)
 			}
-			if got, _ := h.m.Get(sb.ID); got.State != tt.wantMem {
+			if got, _ := h.m.Get(context.Background(), sb.ID); got.State != tt.wantMem {
 				t.Errorf("state in memory %s, want %s", got.State, tt.wantMem)
 			}
 			if got := h.store.sandbox(sb.ID).State; got != tt.wantStore {

@@ -64,6 +64,9 @@ type Sandbox struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Error says why a sandbox is in StateError.
 	Error string `json:"error,omitempty"`
+	// Tenant owns the sandbox (tenancy.Owner of its creator; "" is the
+	// operator's): other tenants neither see nor touch it.
+	Tenant string `json:"tenant,omitempty"`
 	// Owner is the principal the sandbox was created for (admission.WithPrincipal),
 	// so that per-principal limits hold across a restart. It names an API
 	// key by digest only.

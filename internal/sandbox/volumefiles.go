@@ -14,6 +14,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -26,14 +27,14 @@ import (
 
 // openVolume opens an os.Root on volume name's directory and returns p
 // relative to it ("." for the top).
-func (m *Manager) openVolume(name, p string) (*os.Root, string, error) {
+func (m *Manager) openVolume(ctx context.Context, name, p string) (*os.Root, string, error) {
 	if !path.IsAbs(p) {
 		return nil, "", errdefs.Errorf(errdefs.ErrInvalidArgument, "path %q: want an absolute path in the volume", p)
 	}
 	m.vols.mu.Lock()
-	_, ok := m.vols.byName[name]
+	v, ok := m.vols.byName[name]
 	m.vols.mu.Unlock()
-	if !ok {
+	if !ok || !tenancy.Sees(ctx, v.Tenant) {
 		return nil, "", errdefs.Errorf(errdefs.ErrNotFound, "volume %q not found", name)
 	}
 	r, err := os.OpenRoot(m.cfg.Storage.(storage.Volumes).VolumePath(name))
@@ -49,8 +50,8 @@ func (m *Manager) openVolume(name, p string) (*os.Root, string, error) {
 
 // VolumeStat describes path in volume name without following a final
 // symlink.
-func (m *Manager) VolumeStat(_ context.Context, name, p string) (wire.FileInfo, error) {
-	r, rel, err := m.openVolume(name, p)
+func (m *Manager) VolumeStat(ctx context.Context, name, p string) (wire.FileInfo, error) {
+	r, rel, err := m.openVolume(ctx, name, p)
 	if err != nil {
 		return wire.FileInfo{}, err
 	}
@@ -59,8 +60,8 @@ func (m *Manager) VolumeStat(_ context.Context, name, p string) (wire.FileInfo, 
 }
 
 // VolumeList describes the entries of directory path in volume name.
-func (m *Manager) VolumeList(_ context.Context, name, p string) ([]wire.FileInfo, error) {
-	r, rel, err := m.openVolume(name, p)
+func (m *Manager) VolumeList(ctx context.Context, name, p string) ([]wire.FileInfo, error) {
+	r, rel, err := m.openVolume(ctx, name, p)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +91,8 @@ func (m *Manager) VolumeList(_ context.Context, name, p string) ([]wire.FileInfo
 
 // VolumeReadFile opens regular file path in volume name and returns it
 // with its size; the caller closes it.
-func (m *Manager) VolumeReadFile(_ context.Context, name, p string) (io.ReadCloser, int64, error) {
-	r, rel, err := m.openVolume(name, p)
+func (m *Manager) VolumeReadFile(ctx context.Context, name, p string) (io.ReadCloser, int64, error) {
+	r, rel, err := m.openVolume(ctx, name, p)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -114,8 +115,8 @@ func (m *Manager) VolumeReadFile(_ context.Context, name, p string) (io.ReadClos
 // VolumeWriteFile writes r to path in volume name, making missing parent
 // directories (mode 0755). A new file gets mode and the stored root as
 // owner; an existing one keeps its owner and mode.
-func (m *Manager) VolumeWriteFile(_ context.Context, name, p string, r io.Reader, mode fs.FileMode) error {
-	root, rel, err := m.openVolume(name, p)
+func (m *Manager) VolumeWriteFile(ctx context.Context, name, p string, r io.Reader, mode fs.FileMode) error {
+	root, rel, err := m.openVolume(ctx, name, p)
 	if err != nil {
 		return err
 	}
@@ -149,8 +150,8 @@ func (m *Manager) VolumeWriteFile(_ context.Context, name, p string, r io.Reader
 // VolumeMkdir makes directory path in volume name (and, with parents,
 // its missing parents, when path may also exist already), owned by the
 // stored root.
-func (m *Manager) VolumeMkdir(_ context.Context, name, p string, parents bool, mode fs.FileMode) error {
-	root, rel, err := m.openVolume(name, p)
+func (m *Manager) VolumeMkdir(ctx context.Context, name, p string, parents bool, mode fs.FileMode) error {
+	root, rel, err := m.openVolume(ctx, name, p)
 	if err != nil {
 		return err
 	}
@@ -168,8 +169,8 @@ func (m *Manager) VolumeMkdir(_ context.Context, name, p string, parents bool, m
 
 // VolumeRemove removes path in volume name and everything under it. The
 // volume's top cannot be removed (DeleteVolume removes the volume).
-func (m *Manager) VolumeRemove(_ context.Context, name, p string) error {
-	root, rel, err := m.openVolume(name, p)
+func (m *Manager) VolumeRemove(ctx context.Context, name, p string) error {
+	root, rel, err := m.openVolume(ctx, name, p)
 	if err != nil {
 		return err
 	}

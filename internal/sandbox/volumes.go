@@ -12,6 +12,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/undo"
 )
 
@@ -20,6 +21,8 @@ import (
 // daemon until deleted.
 type Volume struct {
 	Name string `json:"name"`
+	// Tenant owns the volume, as Sandbox.Tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// SizeBytes limits the bytes written into the volume; 0 is no limit.
 	SizeBytes int64 `json:"size_bytes,omitempty"`
 	// UsedBytes is what the volume takes, as well as storage can tell
@@ -112,7 +115,7 @@ func (m *Manager) CreateVolume(ctx context.Context, o VolumeOptions) (_ Volume, 
 	if _, ok := m.vols.byName[o.Name]; ok {
 		return Volume{}, errdefs.Errorf(errdefs.ErrAlreadyExists, "volume %s already exists", o.Name)
 	}
-	v := Volume{Name: o.Name, SizeBytes: o.SizeBytes, CreatedAt: m.cfg.Now().UTC(), Labels: cloneMap(o.Labels)}
+	v := Volume{Name: o.Name, Tenant: tenancy.Owner(ctx), SizeBytes: o.SizeBytes, CreatedAt: m.cfg.Now().UTC(), Labels: cloneMap(o.Labels)}
 	if err := m.addVolume(ctx, vs, sv, v, func() error {
 		_, err := sv.CreateVolume(ctx, v.Name, storage.VolumeOptions{SizeBytes: v.SizeBytes, UID: driver.StoredIDBase, GID: driver.StoredIDBase})
 		return err
@@ -147,7 +150,7 @@ func (m *Manager) Volume(ctx context.Context, name string) (Volume, error) {
 	m.vols.mu.Lock()
 	v, ok := m.vols.byName[name]
 	m.vols.mu.Unlock()
-	if !ok {
+	if !ok || !tenancy.Sees(ctx, v.Tenant) {
 		return Volume{}, errdefs.Errorf(errdefs.ErrNotFound, "volume %q not found", name)
 	}
 	return m.volumeView(ctx, v), nil
@@ -160,7 +163,9 @@ func (m *Manager) Volumes(ctx context.Context) ([]Volume, error) {
 	m.vols.mu.Lock()
 	out := make([]Volume, 0, len(m.vols.byName))
 	for _, v := range m.vols.byName {
-		out = append(out, v)
+		if tenancy.Sees(ctx, v.Tenant) {
+			out = append(out, v)
+		}
 	}
 	m.vols.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -225,7 +230,7 @@ func (m *Manager) DeleteVolume(ctx context.Context, name string) error {
 	}
 	m.vols.mu.Lock()
 	defer m.vols.mu.Unlock()
-	if _, ok := m.vols.byName[name]; !ok {
+	if v, ok := m.vols.byName[name]; !ok || !tenancy.Sees(ctx, v.Tenant) {
 		return errdefs.Errorf(errdefs.ErrNotFound, "volume %q not found", name)
 	}
 	if users := m.volumeUsers(name); len(users) > 0 {
@@ -294,7 +299,7 @@ func (m *Manager) reconcileVolumes(ctx context.Context) error {
 // volume's host path, refusing a volume that does not exist
 // (errdefs.ErrNotFound). Called once the sandbox's entry is in, so a
 // delete that runs after it sees the sandbox as a user.
-func (m *Manager) resolveVolumes(ms []Mount) ([]Mount, error) {
+func (m *Manager) resolveVolumes(ctx context.Context, ms []Mount) ([]Mount, error) {
 	out := make([]Mount, len(ms))
 	copy(out, ms)
 	var sv storage.Volumes
@@ -304,7 +309,7 @@ func (m *Manager) resolveVolumes(ms []Mount) ([]Mount, error) {
 		if mt.Volume == "" {
 			continue
 		}
-		if _, ok := m.vols.byName[mt.Volume]; !ok {
+		if v, ok := m.vols.byName[mt.Volume]; !ok || !tenancy.Sees(ctx, v.Tenant) {
 			return nil, errdefs.Errorf(errdefs.ErrNotFound, "mount %s: volume %q not found (corral volume create %s)", mt.Target, mt.Volume, mt.Volume)
 		}
 		if sv == nil {
@@ -360,7 +365,7 @@ func (m *Manager) copyVolume(ctx context.Context, src, dst string) (Volume, erro
 	if _, ok := m.vols.byName[dst]; ok {
 		return Volume{}, errdefs.Errorf(errdefs.ErrAlreadyExists, "volume %s already exists", dst)
 	}
-	v := Volume{Name: dst, SizeBytes: orig.SizeBytes, CreatedAt: m.cfg.Now().UTC(), Labels: cloneMap(orig.Labels)}
+	v := Volume{Name: dst, Tenant: orig.Tenant, SizeBytes: orig.SizeBytes, CreatedAt: m.cfg.Now().UTC(), Labels: cloneMap(orig.Labels)}
 	if err := m.addVolume(ctx, vs, sv, v, func() error {
 		_, err := sv.CopyVolume(ctx, src, dst)
 		return err

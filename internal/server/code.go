@@ -63,7 +63,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	sb, err := s.m.Get(id)
+	sb, err := s.m.Get(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -27,7 +27,7 @@ func (s *Server) files(needPath bool, op fileOp) http.HandlerFunc {
 			s.writeError(w, r, errdefs.Errorf(errdefs.ErrInvalidArgument, "query parameter path is required"))
 			return
 		}
-		ag, err := s.m.Agent(r.PathValue("id"))
+		ag, err := s.m.Agent(r.Context(), r.PathValue("id"))
 		if err != nil {
 			s.writeError(w, r, err)
 			return

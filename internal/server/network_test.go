@@ -161,7 +161,7 @@ func TestNetworkOverHTTP(t *testing.T) {
 	t.Cleanup(func() {
 		c.Close()
 		ts.Close()
-		for _, sb := range m.List(sandbox.Filter{}) {
+		for _, sb := range m.List(context.Background(), sandbox.Filter{}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()

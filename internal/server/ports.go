@@ -96,7 +96,7 @@ func (p *PortProxy) Forward(w http.ResponseWriter, r *http.Request, id string, p
 	}
 	// Fail before proxying when the sandbox is not there, so that the
 	// answer is a plain API error.
-	if _, err := p.m.Get(id); err != nil {
+	if _, err := p.m.Get(r.Context(), id); err != nil {
 		p.writeError(w, r, err)
 		return
 	}

@@ -27,7 +27,7 @@ func (s *Server) proc(op procOp) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		ag, err := s.m.Agent(r.PathValue("id"))
+		ag, err := s.m.Agent(r.Context(), r.PathValue("id"))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -112,7 +112,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	ag, err := s.m.Agent(r.PathValue("id"))
+	ag, err := s.m.Agent(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -49,11 +49,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Metadata[k] = v
 	}
-	writeJSON(w, http.StatusOK, views(s.m.List(f), viewOf))
+	writeJSON(w, http.StatusOK, views(s.m.List(r.Context(), f), viewOf))
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Get(r.PathValue("id"))
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

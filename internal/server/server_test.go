@@ -68,7 +68,7 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 	t.Cleanup(func() {
 		c.Close()
 		ts.Close()
-		for _, sb := range m.List(sandbox.Filter{Pooled: true}) {
+		for _, sb := range m.List(context.Background(), sandbox.Filter{Pooled: true}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		m.Close()

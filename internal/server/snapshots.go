@@ -21,6 +21,7 @@ type SnapshotView struct {
 	Pids      int64             `json:"pids"`
 	DiskMB    int64             `json:"disk_mb,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	Tenant    string            `json:"tenant,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	SizeBytes int64             `json:"size_bytes"`
 	// Mounts are the volumes sandboxes made from the snapshot mount; with
@@ -33,7 +34,7 @@ func snapshotView(s sandbox.Snapshot) SnapshotView {
 	return SnapshotView{
 		Name: s.Name, Kind: s.Kind, SandboxID: s.SandboxID, Template: s.Template, Runtime: s.Runtime,
 		CPUs: float64(s.MilliCPUs) / 1000, MemoryMB: s.MemoryBytes >> 20, Pids: s.Pids, DiskMB: s.DiskBytes >> 20,
-		Metadata: s.Metadata, CreatedAt: s.CreatedAt, SizeBytes: s.SizeBytes,
+		Metadata: s.Metadata, Tenant: s.Tenant, CreatedAt: s.CreatedAt, SizeBytes: s.SizeBytes,
 		Mounts: mountViews(s.Mounts), VolumesCopied: s.VolumesCopied,
 	}
 }
@@ -151,11 +152,11 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, views(s.m.Snapshots(), snapshotView))
+	writeJSON(w, http.StatusOK, views(s.m.Snapshots(r.Context()), snapshotView))
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.m.GetSnapshot(r.PathValue("name"))
+	snap, err := s.m.GetSnapshot(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

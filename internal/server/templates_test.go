@@ -66,7 +66,7 @@ func newImageServer(t *testing.T) *corral.Client {
 	t.Cleanup(func() {
 		c.Close()
 		ts.Close()
-		for _, sb := range m.List(sandbox.Filter{}) {
+		for _, sb := range m.List(context.Background(), sandbox.Filter{}) {
 			_ = m.Delete(context.Background(), sb.ID)
 		}
 		svc.Close()

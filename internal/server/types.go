@@ -12,19 +12,21 @@ import (
 // SandboxView is a sandbox as the API shows it. Environment values and
 // injected header values are not shown: they may hold secrets.
 type SandboxView struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template"`
-	Runtime   string            `json:"runtime"`
-	State     string            `json:"state"`
-	CPUs      float64           `json:"cpus"`
-	MemoryMB  int64             `json:"memory_mb"`
-	Pids      int64             `json:"pids"`
-	DiskMB    int64             `json:"disk_mb,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	Deadline  *time.Time        `json:"deadline,omitempty"`
-	Error     string            `json:"error,omitempty"`
-	Network   *NetworkPolicy    `json:"network,omitempty"`
+	ID       string            `json:"id"`
+	Template string            `json:"template"`
+	Runtime  string            `json:"runtime"`
+	State    string            `json:"state"`
+	CPUs     float64           `json:"cpus"`
+	MemoryMB int64             `json:"memory_mb"`
+	Pids     int64             `json:"pids"`
+	DiskMB   int64             `json:"disk_mb,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Tenant owns the sandbox; "" is the operator.
+	Tenant    string         `json:"tenant,omitempty"`
+	CreatedAt time.Time      `json:"created_at"`
+	Deadline  *time.Time     `json:"deadline,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	Network   *NetworkPolicy `json:"network,omitempty"`
 	// Mounts are the host directories the sandbox sees, targets' parents
 	// first.
 	Mounts []Mount `json:"mounts,omitempty"`
@@ -55,6 +57,7 @@ func viewOf(sb sandbox.Sandbox) SandboxView {
 		Pids:      sb.Pids,
 		DiskMB:    sb.DiskBytes >> 20,
 		Metadata:  sb.Metadata,
+		Tenant:    sb.Tenant,
 		CreatedAt: sb.CreatedAt,
 		Error:     sb.Error,
 		Network:   networkView(sb.Network),
