@@ -143,6 +143,11 @@ func commands() []command {
 			{"pool ls", "list pools with their ready sandboxes"},
 			{"pool rm NAME...", "delete pools and their unclaimed sandboxes"}}},
 
+		{name: "key", group: groupDaemon, run: (*cli).key, complete: subcommands("create", "ls", "rm", "rotate"), usage: []usageLine{
+			{"key create NAME [--tenant T] [--admin] [--max-sandboxes N]", "make an API key for a tenant; its secret is printed once\n" +
+				"(--max-memory, --max-cpus, --max-disk, --creates-per-minute:\n" +
+				"the tenant's quotas)"},
+			{"key ls [--json] | rm NAME... | rotate NAME", "list, revoke or re-issue keys (admin keys only)"}}},
 		{name: "mcp", group: groupDaemon, run: (*cli).mcpServe, complete: noArgs, usage: []usageLine{
 			{"mcp [--template T] [--allow-runtime R]... [--max-sandboxes N] [--network M]", "serve the tools of the Model Context Protocol on stdin/stdout\n" +
 				"for an agent (Claude Desktop, Claude Code, Cursor); docs/MCP.md"}}},

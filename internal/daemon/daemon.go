@@ -34,6 +34,7 @@ import (
 	"github.com/corralrun/corral/internal/storage/overlay"
 	"github.com/corralrun/corral/internal/subreaper"
 	"github.com/corralrun/corral/internal/templates"
+	"github.com/corralrun/corral/internal/tenancy"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -57,6 +58,7 @@ type Daemon struct {
 	servers []*http.Server
 	e2b     *e2b.Server
 	mcp     *mcp.Server
+	keys    *tenancy.Keys // API keys, loaded by serveAPI
 	errc    chan error
 }
 
@@ -272,8 +274,13 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 // serveAPI serves the REST API on the unix socket and, with
 // Config.Listen, on TCP behind the API key, with the MCP endpoint at /mcp.
 func (d *Daemon) serveAPI(context.Context) error {
+	keys, err := tenancy.NewKeys(context.Background(), d.store, d.cfg.APIKey)
+	if err != nil {
+		return err
+	}
+	d.keys = keys
 	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
-		Metrics: d.metrics, Logger: d.log})
+		Metrics: d.metrics, Keys: keys, Logger: d.log})
 	if err := d.serveUnix(srv.Handler()); err != nil {
 		return err
 	}
@@ -335,7 +342,7 @@ func (d *Daemon) serveE2B(context.Context) error {
 	if d.cfg.E2BListen == "" {
 		return nil
 	}
-	cfg := e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Domain: d.cfg.E2BDomain, Logger: d.log}
+	cfg := e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Keys: d.keys, Domain: d.cfg.E2BDomain, Logger: d.log}
 	if d.images != nil {
 		cfg.Templates, cfg.BuildDir = d.images, filepath.Join(d.cfg.StateDir, "e2b-templates")
 		cfg.BuildNetwork = egress.Policy{Mode: egress.Mode(d.cfg.E2BBuildNetwork)}

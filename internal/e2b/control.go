@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
@@ -318,7 +317,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.Timeout = timeout
-	sb, err := s.m.Create(admission.WithPrincipal(r.Context(), admission.APIKeyPrincipal(s.cfg.APIKey)), spec)
+	sb, err := s.m.Create(r.Context(), spec)
 	if err != nil {
 		s.writeAPIError(w, r, err)
 		return

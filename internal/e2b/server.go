@@ -16,10 +16,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -41,6 +43,9 @@ type Config struct {
 	// E2B_API_KEY), and it also keys the per-sandbox access tokens.
 	// Required: with none, every request is refused.
 	APIKey string
+	// Keys, when set, are the API keys the control plane accepts, each a
+	// team that sees its own sandboxes only (APIKey is one of them).
+	Keys *tenancy.Keys
 	// Domain, when set, is returned as each sandbox's domain, so that an
 	// SDK without E2B_SANDBOX_URL reaches envd at
 	// https://49983-<id>.<Domain> (a TLS proxy with a wildcard name in
@@ -163,7 +168,8 @@ func (s *Server) Handler() http.Handler {
 				"no sandbox named: envd requests need the E2b-Sandbox-Id header (set E2B_SANDBOX_URL to this server)"))
 			return
 		}
-		if !s.apiKeyOK(r) {
+		r, ok := s.caller(r)
+		if !ok {
 			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key: send the daemon's API key as X-API-Key (E2B_API_KEY)"))
 			return
 		}
@@ -280,19 +286,54 @@ func (s *Server) accessToken(id string) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-func (s *Server) apiKeyOK(r *http.Request) bool {
+// caller authenticates the API key a request carries (X-API-Key, or a
+// bearer token) and returns the request with the key's principal in its
+// context: a key is a team, and sees its tenant's sandboxes only. Without
+// Config.Keys the daemon's one key is the only key, an admin.
+func (s *Server) caller(r *http.Request) (*http.Request, bool) {
 	got := r.Header.Get("X-API-Key")
 	if got == "" {
 		got, _ = server.Credentials(r.Header, "Bearer")
 	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1
+	var p tenancy.Principal
+	switch {
+	case got == "":
+		return r, false
+	case s.cfg.Keys != nil:
+		var err error
+		if p, err = s.cfg.Keys.Authenticate(got); err != nil {
+			return r, false
+		}
+	case subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1:
+		p = tenancy.Principal{Key: tenancy.BootstrapName, Admin: true}
+	default:
+		return r, false
+	}
+	principal := admission.APIKeyPrincipal(got)
+	if p.Key != tenancy.BootstrapName {
+		principal = "key:" + p.Key
+	}
+	ctx := admission.WithPrincipal(tenancy.With(r.Context(), p), principal)
+	return r.WithContext(ctx), true
 }
 
+func (s *Server) apiKeyOK(r *http.Request) bool {
+	_, ok := s.caller(r)
+	return ok
+}
+
+// envdAuthOK reports whether a request may use sandbox id's envd: with
+// the sandbox's access token, or an API key whose tenant owns it.
 func (s *Server) envdAuthOK(r *http.Request, id string) bool {
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
 		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) == 1
 	}
-	return s.apiKeyOK(r)
+	r, ok := s.caller(r)
+	if !ok {
+		return false
+	}
+	_, err := s.m.Get(r.Context(), id)
+	return err == nil
 }
 
 // apiError is E2B's error body: {"code": <HTTP status>, "message": "..."}.

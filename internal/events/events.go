@@ -43,10 +43,13 @@ type Event struct {
 	SandboxID string    `json:"sandbox_id,omitempty"`
 	// State is the sandbox's state after the change ("deleted" events
 	// carry the last one).
-	State    string       `json:"state,omitempty"`
-	Runtime  string       `json:"runtime,omitempty"`
-	Template string       `json:"template,omitempty"`
-	Error    *ErrorDetail `json:"error,omitempty"`
+	State    string `json:"state,omitempty"`
+	Runtime  string `json:"runtime,omitempty"`
+	Template string `json:"template,omitempty"`
+	// Tenant owns the sandbox ("" is the operator); streams show a
+	// tenant its own sandboxes' events only.
+	Tenant string       `json:"tenant,omitempty"`
+	Error  *ErrorDetail `json:"error,omitempty"`
 }
 
 // ErrorDetail says why a sandbox failed or why a stream ended, with a

@@ -39,6 +39,11 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 
 // createWith is Create, which hands started to a cold create (see create).
 func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc) (Sandbox, error) {
+	release, err := m.reserveQuota(ctx, Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}, 1)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer release()
 	if spec.FromSnapshot != "" {
 		if len(spec.Mounts) > 0 {
 			return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "mounts: a sandbox from a snapshot takes none")

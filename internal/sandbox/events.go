@@ -14,7 +14,7 @@ func (m *Manager) Events() *events.Bus { return m.bus }
 // sandbox failed. Code that changes a sandbox's state (pause, resume,
 // pools) calls it after the change is recorded.
 func (m *Manager) emit(typ string, sb Sandbox, cause error) {
-	ev := events.Event{Type: typ, SandboxID: sb.ID, State: sb.State.String(), Runtime: sb.Runtime, Template: sb.Template}
+	ev := events.Event{Type: typ, SandboxID: sb.ID, State: sb.State.String(), Runtime: sb.Runtime, Template: sb.Template, Tenant: sb.Tenant}
 	if cause != nil {
 		ev.Error = &events.ErrorDetail{Code: errdefs.Code(cause), Message: cause.Error()}
 	}

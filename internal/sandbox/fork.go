@@ -148,6 +148,11 @@ func (m *Manager) ForkWith(ctx context.Context, id string, n int, o ForkOptions)
 	if err := checkVolumeChoice(sb, o.Volumes, "fork"); err != nil {
 		return nil, err
 	}
+	release, err := m.reserveQuota(ctx, Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes, Pids: sb.Pids, DiskBytes: sb.DiskBytes}, n)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	kind := m.SnapshotKind(sb.Runtime)
 	if kind == "" {
 		return nil, errdefs.Errorf(errdefs.ErrNotImplemented, "forks are not available for runtime %s with %s storage", sb.Runtime, m.cfg.Storage.Name())

@@ -105,6 +105,8 @@ type Manager struct {
 	drivers map[string]driver.Driver
 	log     *slog.Logger
 
+	quota quotas
+
 	mu        sync.RWMutex
 	sandboxes map[string]*entry
 	templates map[string]Template
@@ -158,6 +160,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg:       cfg,
 		drivers:   make(map[string]driver.Driver),
+		quota:     quotas{pending: map[string]usage{}, recent: map[string][]time.Time{}},
 		log:       cfg.Logger,
 		sandboxes: make(map[string]*entry),
 		templates: make(map[string]Template),

@@ -56,6 +56,15 @@ var (
 	RangePort       = Range{Field: "port", Unit: "TCP port", Min: 1, Max: math.MaxUint16, Scale: 1}
 )
 
+// The ranges of a tenant's quotas (an API key's): 0 is no quota.
+var (
+	RangeQuotaSandboxes = Range{Field: "max_sandboxes", Unit: "sandboxes", Min: 0, Max: 1 << 20, Scale: 1}
+	RangeQuotaMemory    = Range{Field: "max_memory_mb", Unit: "MiB", Min: 0, Max: 1 << 50, Scale: 1 << 20}
+	RangeQuotaCPUs      = Range{Field: "max_cpus", Unit: "CPUs", Min: 0, Max: 1 << 30, Scale: 1000}
+	RangeQuotaDisk      = Range{Field: "max_disk_mb", Unit: "MiB", Min: 0, Max: 1 << 50, Scale: 1 << 20}
+	RangeCreateRate     = Range{Field: "creates_per_minute", Unit: "creates", Min: 0, Max: 1 << 20, Scale: 1}
+)
+
 // APIMin and APIMax are the bounds in the API's unit.
 func (r Range) APIMin() float64 { return float64(r.Min) / float64(r.Scale) }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/events"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // events streams lifecycle events as NDJSON until the client goes away.
@@ -44,6 +45,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case ev, ok := <-sub.C():
 			if !ok {
 				return
+			}
+			if ev.SandboxID != "" && !tenancy.Sees(r.Context(), ev.Tenant) {
+				continue
 			}
 			if enc.Encode(ev) != nil || rc.Flush() != nil {
 				return

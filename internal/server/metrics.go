@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/metrics"
 )
 
@@ -33,10 +32,3 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 // for the Manager's per-principal limits; each API key is another
 // (admission.APIKeyPrincipal).
 const unixPrincipal = "unix"
-
-// withPrincipal marks every request h serves as made by principal.
-func withPrincipal(principal string, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(admission.WithPrincipal(r.Context(), principal)))
-	})
-}

@@ -228,6 +228,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CodeEvent":            {CodeEvent{}},
 		"CodeContext":          {interpreter.ContextInfo{}},
 		"CodeContextRequest":   {CodeContextRequest{}},
+		"KeyRequest":           {KeyRequest{}},
+		"Key":                  {KeyView{}},
 	}
 	for name, s := range doc.Components.Schemas {
 		if s.Properties != nil && types[name] == nil {
@@ -326,6 +328,8 @@ func TestOpenAPIRanges(t *testing.T) {
 		"ForkRequest":          {sandbox.RangeForkCount},
 		"MkdirRequest":         {sandbox.RangeFileMode},
 		"VolumeRequest":        {sandbox.RangeVolumeSize},
+		"KeyRequest": {sandbox.RangeQuotaSandboxes, sandbox.RangeQuotaMemory, sandbox.RangeQuotaCPUs, sandbox.RangeQuotaDisk,
+			sandbox.RangeCreateRate},
 	}
 	ranges := map[string]sandbox.Range{}
 	for schema, list := range bySchema {

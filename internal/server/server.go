@@ -1,7 +1,7 @@
 package server
 
 import (
-	"crypto/subtle"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -11,12 +11,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/codeclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/templates"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -37,7 +37,10 @@ type Config struct {
 	// Metrics is served at /metrics (empty when nil); pass the registry
 	// the Manager registered on.
 	Metrics *metrics.Registry
-	Logger  *slog.Logger
+	// Keys, when set, are the API keys TCP listeners accept (AuthHandler);
+	// without it they accept the one key AuthHandler is given.
+	Keys   *tenancy.Keys
+	Logger *slog.Logger
 }
 
 // Server serves the /v1 API for one Manager.
@@ -65,7 +68,11 @@ func New(cfg Config) *Server {
 		s.reg = metrics.NewRegistry()
 	}
 	for _, r := range s.routes() {
-		s.mux.HandleFunc(r.pattern, r.handler)
+		h := r.handler
+		if adminRoutes[r.pattern] {
+			h = adminOnly(s, h)
+		}
+		s.mux.HandleFunc(r.pattern, h)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no route for %s %s", r.Method, r.URL.Path))
@@ -130,51 +137,58 @@ func (s *Server) routes() []route {
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
 	}, slices.Concat(s.portRoutes(), s.snapshotRoutes(), s.stopStartRoutes(), s.volumeRoutes(),
-		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes())...)
+		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes(), s.keyRoutes())...)
 }
 
 // Handler returns the API handler without authentication (for the
-// root-only unix socket, whose callers share one principal for
-// per-principal limits).
-func (s *Server) Handler() http.Handler { return withPrincipal(unixPrincipal, s.mux) }
+// root-only unix socket): its callers are the operator, an admin, and
+// share one principal for per-principal limits.
+func (s *Server) Handler() http.Handler { return s.withOperator(s.mux) }
 
-// AuthHandler returns the API handler requiring apiKey as a bearer token or
-// an X-API-Key header (for TCP listeners); the key is the principal of
-// per-principal limits. An empty key is refused: the
-// daemon must not expose an unauthenticated TCP API.
+// AuthHandler returns the API handler requiring an API key as a bearer
+// token or an X-API-Key header (for TCP listeners): Config.Keys, or
+// apiKey alone when the server has no key records. The key's principal
+// (tenant, admin, quotas) travels in the request's context. An empty
+// apiKey without records is refused: the daemon must not expose an
+// unauthenticated TCP API.
 func (s *Server) AuthHandler(apiKey string) (http.Handler, error) {
-	h := withPrincipal(admission.APIKeyPrincipal(apiKey), s.mux)
-	return s.requireKey(apiKey, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	keys, err := s.keys(apiKey)
+	if err != nil {
+		return nil, err
+	}
+	return s.requireKey(keys, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The key goes no further: a request forwarded to a sandbox's
 		// port must not carry it in.
+		key := RequestKey(r.Header)
 		r.Header.Del("X-API-Key")
-		if bearer, _ := Credentials(r.Header, "Bearer"); bearer == apiKey {
+		if bearer, _ := Credentials(r.Header, "Bearer"); bearer == key {
 			r.Header.Del("Authorization")
 		}
-		h.ServeHTTP(w, r)
-	}))
+		s.mux.ServeHTTP(w, r)
+	})), nil
 }
 
-// KeyHandler returns h behind apiKey as AuthHandler checks it, with the
-// key left in the request, for a handler that calls the API itself with
-// its caller's key (the MCP endpoint). Refusals have the API's error
+// KeyHandler returns h behind the API key as AuthHandler checks it, with
+// the key left in the request, for a handler that calls the API itself
+// with its caller's key (the MCP endpoint). Refusals have the API's error
 // shape.
 func (s *Server) KeyHandler(apiKey string, h http.Handler) (http.Handler, error) {
-	return s.requireKey(apiKey, h)
+	keys, err := s.keys(apiKey)
+	if err != nil {
+		return nil, err
+	}
+	return s.requireKey(keys, h), nil
 }
 
-func (s *Server) requireKey(apiKey string, h http.Handler) (http.Handler, error) {
+// keys returns the key records to authenticate with.
+func (s *Server) keys(apiKey string) (*tenancy.Keys, error) {
+	if s.cfg.Keys != nil {
+		return s.cfg.Keys, nil
+	}
 	if apiKey == "" {
 		return nil, errors.New("an API key is required to serve the API over TCP")
 	}
-	want := []byte(apiKey)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(RequestKey(r.Header)), want) != 1 {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key (send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY')"))
-			return
-		}
-		h.ServeHTTP(w, r)
-	}), nil
+	return tenancy.NewKeys(context.Background(), tenancy.NewMemStore(), apiKey)
 }
 
 // RequestKey returns the API key a request carries: its X-API-Key header,

@@ -19,6 +19,7 @@ import (
 	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
+	"github.com/corralrun/corral/internal/tenancy"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -53,7 +54,13 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics})
+	var keys *tenancy.Keys
+	if apiKey != "" {
+		if keys, err = tenancy.NewKeys(t.Context(), tenancy.NewMemStore(), apiKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys})
 	h := s.Handler()
 	if apiKey != "" {
 		if h, err = s.AuthHandler(apiKey); err != nil {

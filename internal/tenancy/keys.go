@@ -248,3 +248,40 @@ func (q Quota) check() error {
 	}
 	return nil
 }
+
+// MemStore is a Store in memory, for a daemon without key records and for
+// tests.
+type MemStore struct {
+	mu   sync.Mutex
+	keys map[string]Key
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore { return &MemStore{keys: map[string]Key{}} }
+
+// PutKey implements Store.
+func (m *MemStore) PutKey(_ context.Context, k Key) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.keys[k.Name] = k
+	return nil
+}
+
+// DeleteKey implements Store.
+func (m *MemStore) DeleteKey(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.keys, name)
+	return nil
+}
+
+// Keys implements Store.
+func (m *MemStore) Keys(context.Context) ([]Key, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Key, 0, len(m.keys))
+	for _, k := range m.keys {
+		out = append(out, k)
+	}
+	return out, nil
+}

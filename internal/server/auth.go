@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/corralrun/corral/internal/admission"
+	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/tenancy"
+)
+
+// TenantHeader lets an admin key (or the unix socket) act for a tenant:
+// what the request creates belongs to that tenant. Other keys may not
+// send it.
+const TenantHeader = "X-Corral-Tenant"
+
+// adminRoutes change what every tenant shares (templates, pools) or read
+// across tenants (metrics, keys, the audit log): admin keys only.
+var adminRoutes = map[string]bool{
+	"PUT /v1/templates/{name}":                   true,
+	"POST /v1/templates/{name}/build":            true,
+	"POST /v1/templates/{name}/pull":             true,
+	"DELETE /v1/templates/{name}":                true,
+	"PUT /v1/templates/{name}/service":           true,
+	"DELETE /v1/templates/{name}/service":        true,
+	"POST /v1/templates/{name}/ready-snapshot":   true,
+	"DELETE /v1/templates/{name}/ready-snapshot": true,
+	"POST /v1/templates/{name}/from-snapshot":    true,
+	"PUT /v1/pools/{name}":                       true,
+	"DELETE /v1/pools/{name}":                    true,
+	"GET /metrics":                               true,
+	"GET /v1/keys":                               true,
+	"POST /v1/keys":                              true,
+	"DELETE /v1/keys/{name}":                     true,
+	"POST /v1/keys/{name}/rotate":                true,
+	"GET /v1/audit":                              true,
+}
+
+// adminOnly refuses h to callers that are not admins, with 403.
+func adminOnly(s *Server, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := tenancy.From(r.Context()); ok && !p.Admin {
+			s.writeError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "%s %s needs an admin key", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// withOperator marks requests on the root-only unix socket: the
+// operator, an admin, one principal for admission.
+func (s *Server) withOperator(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := actingFor(r, tenancy.Operator)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		ctx := admission.WithPrincipal(tenancy.With(r.Context(), p), unixPrincipal)
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// actingFor applies the TenantHeader of an admin's request.
+func actingFor(r *http.Request, p tenancy.Principal) (tenancy.Principal, error) {
+	t := r.Header.Get(TenantHeader)
+	if t == "" {
+		return p, nil
+	}
+	if !p.Admin {
+		return p, errdefs.Errorf(errdefs.ErrPermissionDenied, "only admin keys may send %s", TenantHeader)
+	}
+	if err := tenancy.CheckName("tenant", t); err != nil {
+		return p, err
+	}
+	p.Tenant = t
+	return p, nil
+}
+
+// requireKey serves h to requests with a valid key, as the key's
+// principal. A request of a key that is deleted or rotated while it runs
+// (a stream, an attach, a port proxy) ends within moments: its context is
+// cancelled.
+func (s *Server) requireKey(keys *tenancy.Keys, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret := RequestKey(r.Header)
+		p, err := keys.Authenticate(secret)
+		if err == nil {
+			p, err = actingFor(r, p)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		ctx, cancel := context.WithCancel(tenancy.With(r.Context(), p))
+		defer cancel()
+		ctx = admission.WithPrincipal(ctx, admissionPrincipal(p, secret))
+		if p.Key != tenancy.BootstrapName {
+			go watchRevocation(ctx, keys, secret, cancel)
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// admissionPrincipal is the principal of per-key limits (--max-per-key):
+// the key. The --api-key key keeps the digest it had before keys were
+// records, so that its sandboxes' claims survive an upgrade.
+func admissionPrincipal(p tenancy.Principal, secret string) string {
+	if p.Key == tenancy.BootstrapName {
+		return admission.APIKeyPrincipal(secret)
+	}
+	return "key:" + p.Key
+}
+
+// watchRevocation cancels a request whose key stops working, until ctx
+// ends.
+func watchRevocation(ctx context.Context, keys *tenancy.Keys, secret string, cancel context.CancelFunc) {
+	for {
+		// The channel first, then the check: a revocation between them
+		// closes this channel.
+		revoked := keys.Revoked()
+		if _, err := keys.Authenticate(secret); err != nil {
+			cancel()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-revoked:
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corral "github.com/corralrun/corral/sdk"
+)
+
+// TestTenantsAreIsolated drives the API with an admin key and two tenants'
+// keys: a tenant's sandboxes are not found by the other, admin routes
+// refuse tenants, quotas refuse with 429, and revoked or rotated keys
+// stop working, an open stream included.
+func TestTenantsAreIsolated(t *testing.T) {
+	admin, ts := newTestServer(t, "admin-secret")
+	ctx := t.Context()
+	newKey := func(o corral.KeyOptions) *corral.Client {
+		t.Helper()
+		k, err := admin.CreateKey(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(k.Key, "crl_") || k.Tenant == "" {
+			t.Fatalf("created key %+v", k)
+		}
+		c, err := corral.New(ts.URL, k.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a := newKey(corral.KeyOptions{Name: "team-a"})
+	b := newKey(corral.KeyOptions{Name: "team-b", MaxSandboxes: 1, MaxMemoryMB: 256})
+
+	sb, err := a.Create(ctx, corral.CreateOptions{Template: "bb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Tenant != "team-a" {
+		t.Fatalf("tenant of a's sandbox: %q", sb.Tenant)
+	}
+	notFound := func(what string, err error) {
+		t.Helper()
+		if corral.ErrorCode(err) != corral.CodeNotFound {
+			t.Errorf("tenant b, %s of a's sandbox: %v, want not_found", what, err)
+		}
+	}
+	_, err = b.Get(ctx, sb.ID)
+	notFound("get", err)
+	_, err = b.Exec(ctx, sb.ID, corral.ExecOptions{Shell: "true"})
+	notFound("exec", err)
+	_, err = b.ReadFile(ctx, sb.ID, "/etc/hostname")
+	notFound("read file", err)
+	_, err = b.StartProcess(ctx, sb.ID, corral.StartOptions{Shell: "true"})
+	notFound("start process", err)
+	_, err = b.Pause(ctx, sb.ID)
+	notFound("pause", err)
+	_, err = b.CreateSnapshot(ctx, sb.ID, "b-snap", nil)
+	notFound("snapshot", err)
+	_, err = b.Fork(ctx, sb.ID, 1)
+	notFound("fork", err)
+	notFound("delete", b.Delete(ctx, sb.ID))
+	resp, err := b.PortClient().Get(b.PortURL(sb.ID, 8080))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !bytes.Contains(body, []byte("not_found")) {
+		t.Errorf("tenant b, port proxy to a's sandbox: %d %s", resp.StatusCode, body)
+	}
+	if list, err := b.List(ctx, corral.ListOptions{}); err != nil || len(list) != 0 {
+		t.Errorf("tenant b lists %v, %v", list, err)
+	}
+	if list, err := admin.List(ctx, corral.ListOptions{}); err != nil || len(list) != 1 {
+		t.Errorf("admin lists %v, %v", list, err)
+	}
+	if _, err := a.Exec(ctx, sb.ID, corral.ExecOptions{Shell: "true"}); err != nil {
+		t.Errorf("tenant a, exec in its own sandbox: %v", err)
+	}
+
+	// Admin routes.
+	if _, err := b.Keys(ctx); corral.ErrorCode(err) != corral.CodePermissionDenied {
+		t.Errorf("tenant lists keys: %v", err)
+	}
+	if _, err := b.SetPool(ctx, "p", corral.PoolOptions{Template: "bb", Size: 1}); corral.ErrorCode(err) != corral.CodePermissionDenied {
+		t.Errorf("tenant sets a pool: %v", err)
+	}
+
+	// Quotas: one sandbox, 256 MiB.
+	if _, err := b.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 512}); corral.ErrorCode(err) != corral.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "memory quota is 256 MiB") {
+		t.Errorf("over the memory quota: %v", err)
+	}
+	if _, err := b.Create(ctx, corral.CreateOptions{Template: "bb"}); err != nil {
+		t.Fatal(err)
+	}
+	var e *corral.Error
+	if _, err := b.Create(ctx, corral.CreateOptions{Template: "bb"}); corral.ErrorCode(err) != corral.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "sandboxes quota is 1") {
+		t.Errorf("over the sandboxes quota: %v", err)
+	} else if errors.As(err, &e); e.Status != http.StatusTooManyRequests {
+		t.Errorf("quota refusal status %d", e.Status)
+	}
+
+	// A revoked key ends its open stream and stops working.
+	stream, err := b.Events(ctx, corral.EventOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := stream.Next(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	if err := admin.DeleteKey(ctx, "team-b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a revoked key's event stream is still open")
+	}
+	stream.Close()
+	if _, err := b.List(ctx, corral.ListOptions{}); corral.ErrorCode(err) != corral.CodeUnauthenticated {
+		t.Errorf("revoked key: %v", err)
+	}
+
+	// Rotation: the old secret stops, the new one works.
+	k, err := admin.RotateKey(ctx, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.List(ctx, corral.ListOptions{}); corral.ErrorCode(err) != corral.CodeUnauthenticated {
+		t.Errorf("rotated key: %v", err)
+	}
+	a2, _ := corral.New(ts.URL, k.Key)
+	defer a2.Close()
+	if _, err := a2.Get(ctx, sb.ID); err != nil {
+		t.Errorf("new secret: %v", err)
+	}
+
+	// Bad key input.
+	for _, o := range []corral.KeyOptions{{Name: "Bad Name"}, {Name: "x", Tenant: "-no"}, {Name: "admin"}, {Name: "q", MaxCPUs: -1}} {
+		if _, err := admin.CreateKey(ctx, o); corral.ErrorCode(err) != corral.CodeInvalidArgument {
+			t.Errorf("key %+v: %v", o, err)
+		}
+	}
+	if _, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a"}); corral.ErrorCode(err) != corral.CodeAlreadyExists {
+		t.Errorf("a second team-a: %v", err)
+	}
+}
