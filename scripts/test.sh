@@ -20,7 +20,7 @@ CGO_ENABLED=1 go test -race -p 1 -count=1 -timeout 10m \
 	./internal/admission ./internal/agentclient ./internal/agentdialout ./internal/agentserver ./internal/cli \
 	./internal/doctor ./internal/driver/fake ./internal/e2b ./internal/egress ./internal/interpreter ./internal/codeclient \
 	./internal/errdefs ./internal/events ./internal/ociimage ./internal/templates \
-	./internal/mcp ./internal/metrics ./internal/mountinfo ./internal/network ./internal/network/fakenet ./internal/subreaper ./internal/refill \
+	./internal/mcp ./internal/tenancy ./internal/metrics ./internal/mountinfo ./internal/network ./internal/network/fakenet ./internal/subreaper ./internal/refill \
 	./internal/sandbox ./internal/seccomp ./internal/server ./internal/snapshotdir \
 	./internal/storage/fake ./internal/storage/internal/fsutil ./internal/storage/internal/ovl \
 	./internal/records ./internal/records/memstore ./internal/rootfs ./internal/undo ./internal/untar ./internal/wire \
