@@ -17,7 +17,7 @@ go vet ./...
 # corral-agent for tests set CGO_ENABLED=0 themselves, so those binaries
 # stay static.
 CGO_ENABLED=1 go test -race -p 1 -count=1 -timeout 10m \
-	./internal/admission ./internal/agentclient ./internal/agentdialout ./internal/agentserver ./internal/cli \
+	./internal/admission ./internal/agentclient ./internal/agentdialout ./internal/agentserver ./internal/audit ./internal/cli \
 	./internal/doctor ./internal/driver/fake ./internal/e2b ./internal/egress ./internal/interpreter ./internal/codeclient \
 	./internal/errdefs ./internal/events ./internal/ociimage ./internal/templates \
 	./internal/mcp ./internal/tenancy ./internal/metrics ./internal/mountinfo ./internal/network ./internal/network/fakenet ./internal/subreaper ./internal/refill \

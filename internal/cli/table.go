@@ -153,6 +153,10 @@ func commands() []command {
 				"for an agent (Claude Desktop, Claude Code, Cursor); docs/MCP.md"}}},
 		{name: "server", group: groupDaemon, run: (*cli).server, complete: noArgs, usage: []usageLine{
 			{"server [flags]", "run the daemon"}}},
+		{name: "audit", group: groupDaemon, run: (*cli).audit, complete: auditArgs, usage: []usageLine{
+			{"audit [--sandbox ID] [--key NAME] [--since T] [--follow] [--json]", "print the audit log: every mutating API call and every command\n" +
+				"started in a sandbox, with its key; T is a time (RFC 3339) or\n" +
+				"a duration ago (10m, 2h)"}}},
 		{name: "version", group: groupDaemon, run: (*cli).version, complete: noArgs, usage: []usageLine{
 			{"version", ""}}},
 		{name: "doctor", group: groupDaemon, run: (*cli).doctor, complete: noArgs, usage: []usageLine{
