@@ -127,8 +127,13 @@ type Config struct {
 	Pools           []sandbox.Pool
 	PoolConcurrency int
 	PoolRefillDelay time.Duration
-	Version         string
-	Logger          *slog.Logger
+	// Webhooks are URLs (http or https) that each get every sandbox
+	// lifecycle event in a POST (package webhook); WebhookSecret, when
+	// set, signs them all.
+	Webhooks      []string
+	WebhookSecret string
+	Version       string
+	Logger        *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -154,6 +159,9 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if err := c.checkAllowMounts(); err != nil {
+		return err
+	}
+	if err := c.checkWebhooks(); err != nil {
 		return err
 	}
 	if c.Defaults.DiskBytes > 0 && c.Storage != "btrfs" {

@@ -35,31 +35,33 @@ import (
 	"github.com/corralrun/corral/internal/subreaper"
 	"github.com/corralrun/corral/internal/templates"
 	"github.com/corralrun/corral/internal/tenancy"
+	"github.com/corralrun/corral/internal/webhook"
 	corral "github.com/corralrun/corral/sdk"
 )
 
 // Daemon is a running Corral daemon.
 type Daemon struct {
-	cfg     Config
-	log     *slog.Logger
-	lock    *os.File
-	runLock *os.File // the run dir's, when it is not the state dir
-	store   *records.Store
-	storage storage.Backend
-	reaper  *subreaper.Reaper
-	drivers []driver.Driver
-	idSlots *runc.IDSlots // the runc driver's, lent to gVisor
-	egress  *egress.Server
-	network *network.Manager
-	mounter *mounts.Mounter
-	manager *sandbox.Manager
-	metrics *metrics.Registry
-	images  *templates.Service
-	servers []*http.Server
-	e2b     *e2b.Server
-	mcp     *mcp.Server
-	keys    *tenancy.Keys // API keys, loaded by serveAPI
-	errc    chan error
+	cfg      Config
+	log      *slog.Logger
+	lock     *os.File
+	runLock  *os.File // the run dir's, when it is not the state dir
+	store    *records.Store
+	storage  storage.Backend
+	reaper   *subreaper.Reaper
+	drivers  []driver.Driver
+	idSlots  *runc.IDSlots // the runc driver's, lent to gVisor
+	egress   *egress.Server
+	network  *network.Manager
+	mounter  *mounts.Mounter
+	manager  *sandbox.Manager
+	metrics  *metrics.Registry
+	images   *templates.Service
+	servers  []*http.Server
+	e2b      *e2b.Server
+	mcp      *mcp.Server
+	webhooks []*webhook.Sender
+	keys     *tenancy.Keys // API keys, loaded by serveAPI
+	errc     chan error
 }
 
 // Start brings the daemon up: it locks the state dir, opens the store and
@@ -261,6 +263,11 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Webhooks start before reconciling, so that they send the events of
+	// deadlines that passed while no daemon ran.
+	if err := d.startWebhooks(m.Events()); err != nil {
+		return err
+	}
 	// Only a Manager that reconciled is kept: shutdown takes a kept one
 	// as proof of which sandboxes are left.
 	if err := m.Start(ctx); err != nil {
@@ -395,6 +402,8 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	for _, s := range d.servers {
 		_ = s.Shutdown(ctx)
 	}
+	// After the last request's events, and while the Manager is there.
+	d.closeWebhooks(ctx)
 	idle := true
 	// Only a daemon that reconciled knows that no sandbox is left; one
 	// that failed before must not remove what another daemon on the same

@@ -57,6 +57,7 @@ func parseFlags(args []string) (Config, bool) {
 	networkFlags(fs, &cfg)
 	admissionFlags(fs, &cfg)
 	mcpFlags(fs, &cfg)
+	webhookFlags(fs, &cfg)
 	userns := fs.Bool("userns", true, "build new templates for sandboxes in user namespaces, where root is not host root")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -152,6 +153,12 @@ func admissionFlags(fs *flag.FlagSet, cfg *Config) {
 func mcpFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.BoolVar(&cfg.NoMCP, "no-mcp", false, "do not serve the Model Context Protocol at /mcp on --listen")
 	cfg.MCP.Flags(fs, "mcp-")
+}
+
+// webhookFlags are the flags of the lifecycle webhooks.
+func webhookFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.Var(pathsFlag{&cfg.Webhooks}, "webhook", "POST every sandbox lifecycle event as JSON to this http or https URL (repeatable)")
+	fs.StringVar(&cfg.WebhookSecret, "webhook-secret", os.Getenv("CORRAL_WEBHOOK_SECRET"), "key of the HMAC-SHA256 signature of webhook requests (default $CORRAL_WEBHOOK_SECRET)")
 }
 
 // DefaultLimits returns the resource limits of a sandbox that names none,
