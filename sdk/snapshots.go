@@ -29,8 +29,10 @@ type Snapshot struct {
 	Pids      int64             `json:"pids"`
 	DiskMB    int64             `json:"disk_mb,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	SizeBytes int64             `json:"size_bytes"`
+	// Tenant owns the snapshot; "" is the operator's.
+	Tenant    string    `json:"tenant,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
 	// Mounts are the volumes sandboxes made from the snapshot mount;
 	// with VolumesCopied they are the snapshot's own copies, of which
 	// each such sandbox gets a copy.

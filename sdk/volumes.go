@@ -12,6 +12,8 @@ import (
 // sandboxes may mount it at once (Mount.Volume).
 type Volume struct {
 	Name string `json:"name"`
+	// Tenant owns the volume; "" is the operator's.
+	Tenant string `json:"tenant,omitempty"`
 	// SizeBytes limits the bytes written into the volume; 0 is none.
 	SizeBytes int64 `json:"size_bytes,omitempty"`
 	// UsedBytes is what the volume takes, as well as the daemon can tell

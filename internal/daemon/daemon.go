@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
@@ -61,6 +62,7 @@ type Daemon struct {
 	mcp      *mcp.Server
 	webhooks []*webhook.Sender
 	keys     *tenancy.Keys // API keys, loaded by serveAPI
+	audit    *audit.Log
 	errc     chan error
 }
 
@@ -144,10 +146,14 @@ func (d *Daemon) openRunDir(context.Context) error {
 	return recordRunDir(d.cfg.StateDir, d.cfg.RunDir)
 }
 
-// openStore opens the SQLite records of sandboxes, templates and pools.
+// openStore opens the SQLite records of sandboxes, templates and pools,
+// and the audit log beside them.
 func (d *Daemon) openStore(ctx context.Context) error {
 	var err error
-	d.store, err = records.Open(ctx, filepath.Join(d.cfg.StateDir, "corral.db"))
+	if d.store, err = records.Open(ctx, filepath.Join(d.cfg.StateDir, "corral.db")); err != nil {
+		return err
+	}
+	d.audit, err = audit.Open(filepath.Join(d.cfg.StateDir, "audit"), audit.Options{})
 	return err
 }
 
@@ -238,6 +244,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	cfg := d.cfg
 	d.metrics = metrics.NewRegistry()
 	m, err := sandbox.New(sandbox.Config{
+		Audit:          d.audit,
 		Store:          d.store,
 		Storage:        d.storage,
 		Drivers:        d.drivers,
@@ -287,7 +294,7 @@ func (d *Daemon) serveAPI(context.Context) error {
 	}
 	d.keys = keys
 	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
-		Metrics: d.metrics, Keys: keys, Logger: d.log})
+		Metrics: d.metrics, Keys: keys, Audit: d.audit, Logger: d.log})
 	if err := d.serveUnix(srv.Handler()); err != nil {
 		return err
 	}
@@ -436,6 +443,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	}
 	if d.store != nil {
 		_ = d.store.Close()
+	}
+	if d.audit != nil {
+		_ = d.audit.Close()
 	}
 	if d.runLock != nil {
 		_ = d.runLock.Close()

@@ -41,8 +41,21 @@ func (m *Manager) Exec(ctx context.Context, id string, req wire.ExecRequest, fn 
 	if err := m.checkExec(&req); err != nil {
 		return err
 	}
+	rec, err := m.auditStart(ctx, "exec", id, req)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var exit *wire.ExecEvent
+	seen := func(ev wire.ExecEvent) error {
+		if ev.Type == wire.EventExit {
+			exit = &ev
+		}
+		return fn(ev)
+	}
 	before, oomErr := oomKills(ctx, m.drivers[runtime], id)
-	err = m.exec(ctx, execTarget{e: e, id: id, runtime: runtime, client: client}, req, before, oomErr, fn)
+	err = m.exec(ctx, execTarget{e: e, id: id, runtime: runtime, client: client}, req, before, oomErr, seen)
+	m.auditEnd(rec, start, exit, err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		m.checkAlive(context.WithoutCancel(ctx), e)
 	}
@@ -136,7 +149,18 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartReq
 	if err != nil {
 		return wire.ProcessInfo{}, err
 	}
+	action := "process"
+	if req.PTY != nil {
+		action = "pty"
+	}
+	rec, err := m.auditStart(ctx, action, id, req.ExecRequest)
+	if err != nil {
+		return wire.ProcessInfo{}, err
+	}
 	info, err := client.StartProcess(ctx, req)
+	if err != nil {
+		m.auditEnd(rec, time.Now(), nil, err)
+	}
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		m.checkAlive(context.WithoutCancel(ctx), e)
 	}

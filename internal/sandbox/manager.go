@@ -36,6 +36,10 @@ const DefaultExecOutput = 64 << 20
 // Config wires a Manager. Store, Storage and at least one driver are
 // required.
 type Config struct {
+	// Audit, when set, records every command started in a sandbox
+	// (before it starts: a record that cannot be stored refuses it) and
+	// how it ended.
+	Audit   Auditor
 	Store   Store
 	Storage storage.Backend
 	Drivers []driver.Driver

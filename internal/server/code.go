@@ -81,6 +81,11 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		ereq.Env = env
 	}
 	defer s.m.Active(id)()
+	done, err := s.auditCode(r, id, req.Code, req.Language)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	st := newExecStream(w, s.redactor(r))
 	var count int
 	err = s.code.Execute(r.Context(), id, ereq, func(e interpreter.Event) error {
@@ -99,6 +104,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
+	done(err)
 	if err != nil {
 		st.fail(r, err)
 	}

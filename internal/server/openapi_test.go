@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/events"
@@ -230,6 +231,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CodeContextRequest":   {CodeContextRequest{}},
 		"KeyRequest":           {KeyRequest{}},
 		"Key":                  {KeyView{}},
+		"AuditRecord":          {audit.Record{}},
 	}
 	for name, s := range doc.Components.Schemas {
 		if s.Properties != nil && types[name] == nil {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/codeclient"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/metrics"
@@ -39,7 +40,11 @@ type Config struct {
 	Metrics *metrics.Registry
 	// Keys, when set, are the API keys TCP listeners accept (AuthHandler);
 	// without it they accept the one key AuthHandler is given.
-	Keys   *tenancy.Keys
+	Keys *tenancy.Keys
+	// Audit, when set, records every call that changes something, before
+	// it runs, with its outcome, and code run in sandboxes; GET /v1/audit
+	// reads it.
+	Audit  *audit.Log
 	Logger *slog.Logger
 }
 
@@ -69,6 +74,9 @@ func New(cfg Config) *Server {
 	}
 	for _, r := range s.routes() {
 		h := r.handler
+		if cfg.Audit != nil && mutating(strings.Fields(r.pattern)[0]) {
+			h = s.audited(r.pattern, h)
+		}
 		if adminRoutes[r.pattern] {
 			h = adminOnly(s, h)
 		}
@@ -137,7 +145,7 @@ func (s *Server) routes() []route {
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
 	}, slices.Concat(s.portRoutes(), s.snapshotRoutes(), s.stopStartRoutes(), s.volumeRoutes(),
-		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes(), s.keyRoutes())...)
+		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes(), s.keyRoutes(), []route{{"GET /v1/audit", s.auditLog}})...)
 }
 
 // Handler returns the API handler without authentication (for the

@@ -29,11 +29,13 @@ type Payload struct {
 	Time  time.Time `json:"time"`
 	// SandboxID, State (after the change; a deleted sandbox's last one),
 	// Runtime and Template are the bus event's.
-	SandboxID string              `json:"sandbox_id"`
-	State     string              `json:"state,omitempty"`
-	Runtime   string              `json:"runtime,omitempty"`
-	Template  string              `json:"template,omitempty"`
-	Error     *events.ErrorDetail `json:"error,omitempty"`
+	SandboxID string `json:"sandbox_id"`
+	State     string `json:"state,omitempty"`
+	Runtime   string `json:"runtime,omitempty"`
+	Template  string `json:"template,omitempty"`
+	// Tenant owns the sandbox; absent for the operator's.
+	Tenant string              `json:"tenant,omitempty"`
+	Error  *events.ErrorDetail `json:"error,omitempty"`
 }
 
 // names maps the bus's event types to the events webhooks send.
@@ -239,7 +241,7 @@ func (s *Sender) enqueue(ev events.Event) {
 	}
 	d := delivery{id: rand.Text(), event: name, sandboxID: ev.SandboxID}
 	d.body, _ = json.Marshal(Payload{ID: d.id, Event: name, Time: ev.Time, SandboxID: ev.SandboxID,
-		State: ev.State, Runtime: ev.Runtime, Template: ev.Template, Error: ev.Error}) // cannot fail
+		State: ev.State, Runtime: ev.Runtime, Template: ev.Template, Tenant: ev.Tenant, Error: ev.Error}) // cannot fail
 	s.mu.Lock()
 	full := len(s.queue) >= s.opts.QueueSize
 	first := full && s.dropped == 0

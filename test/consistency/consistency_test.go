@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -123,6 +124,9 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		sdk, server any
 	}{
 		{"sandbox", corral.Sandbox{}, server.SandboxView{}},
+		{"audit record", corral.AuditRecord{}, audit.Record{}},
+		{"key", corral.Key{}, server.KeyView{}},
+		{"key options", corral.KeyOptions{}, server.KeyRequest{}},
 		{"file info", corral.FileInfo{}, wire.FileInfo{}},
 		{"template", corral.Template{}, sandbox.Template{}},
 		{"stats", corral.Stats{}, driver.Stats{}},

@@ -78,6 +78,10 @@ func TestTenants(t *testing.T) {
 	if out, _ := d.execOut(t, sb.ID, "echo still-here"); out != "still-here\n" {
 		t.Errorf("a's sandbox after b's attempts: %q", out)
 	}
+	if res, err := a.Exec(ctx, sb.ID, corral.ExecOptions{Shell: "echo audited; exit 3"}); err != nil || res.ExitCode != 3 {
+		t.Fatalf("tenant a's exec: %+v %v", res, err)
+	}
+	checkAudit(t, "http://"+addr, "admin-secret", sb.ID)
 
 	// The E2B facade: a key is a team.
 	e2b := func(key, path string) (int, string) {
@@ -145,4 +149,56 @@ func TestTenants(t *testing.T) {
 		b, _ := json.Marshal(all)
 		t.Errorf("admin lists %s, %v", b, err)
 	}
+}
+
+// checkAudit reads the audit log of sandbox id (GET /v1/audit) and checks
+// that it holds tenant a's exec, before it ran and with its exit status,
+// a's background process, and b's refused attempts with their status.
+func checkAudit(t *testing.T, base, adminKey, id string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/audit?sandbox="+id, nil)
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type record struct {
+		Key      string   `json:"key"`
+		Tenant   string   `json:"tenant"`
+		Action   string   `json:"action"`
+		Status   int      `json:"status"`
+		Argv     []string `json:"argv"`
+		ExitCode *int     `json:"exit_code"`
+	}
+	var got []record
+	dec := json.NewDecoder(resp.Body)
+	for dec.More() {
+		var r record
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	has := func(what string, f func(record) bool) {
+		t.Helper()
+		for _, r := range got {
+			if f(r) {
+				return
+			}
+		}
+		b, _ := json.MarshalIndent(got, "", " ")
+		t.Errorf("the audit log of %s has no %s:\n%s", id, what, b)
+	}
+	has("exec by team-a before it ran", func(r record) bool {
+		return r.Action == "exec" && r.Key == "team-a" && r.Tenant == "team-a" && strings.Join(r.Argv, " ") == "/bin/sh -c echo audited; exit 3"
+	})
+	has("exec by team-a with its exit status", func(r record) bool {
+		return r.Action == "exec" && r.Key == "team-a" && r.ExitCode != nil && *r.ExitCode == 3
+	})
+	has("team-a's background process", func(r record) bool { return r.Action == "process" && r.Key == "team-a" })
+	has("team-b's refused exec", func(r record) bool {
+		return r.Action == "POST /v1/sandboxes/{id}/exec" && r.Key == "team-b" && r.Status == http.StatusNotFound
+	})
+	has("the unix socket's exec", func(r record) bool { return r.Action == "exec" && r.Key == "unix" })
 }
