@@ -111,6 +111,9 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) {
+	if !s.visible(w, r) {
+		return
+	}
 	out, err := s.code.Contexts(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -120,6 +123,9 @@ func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
+	if !s.visible(w, r) {
+		return
+	}
 	var req CodeContextRequest
 	if err := decode(r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -140,6 +146,9 @@ func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteCodeContext(w http.ResponseWriter, r *http.Request) {
+	if !s.visible(w, r) {
+		return
+	}
 	if err := s.code.DeleteContext(r.Context(), r.PathValue("id"), r.PathValue("context")); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -148,6 +157,9 @@ func (s *Server) deleteCodeContext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) restartCodeContext(w http.ResponseWriter, r *http.Request) {
+	if !s.visible(w, r) {
+		return
+	}
 	id := r.PathValue("id")
 	defer s.m.Active(id)()
 	c, err := s.code.RestartContext(r.Context(), id, r.PathValue("context"))
@@ -156,4 +168,16 @@ func (s *Server) restartCodeContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, c)
+}
+
+// visible answers not_found, and reports false, unless the caller sees
+// the sandbox the request names. The interpreter's connections are pooled
+// per sandbox, so a request that reuses one is not checked by a dial:
+// every code route checks first.
+func (s *Server) visible(w http.ResponseWriter, r *http.Request) bool {
+	if _, err := s.m.Get(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return false
+	}
+	return true
 }

@@ -65,6 +65,10 @@ func TestTenantsAreIsolated(t *testing.T) {
 	notFound("snapshot", err)
 	_, err = b.Fork(ctx, sb.ID, 1)
 	notFound("fork", err)
+	_, err = b.CodeContexts(ctx, sb.ID)
+	notFound("code contexts", err)
+	_, err = b.CreateCodeContext(ctx, sb.ID, "python", "")
+	notFound("code context create", err)
 	notFound("delete", b.Delete(ctx, sb.ID))
 	resp, err := b.PortClient().Get(b.PortURL(sb.ID, 8080))
 	if err != nil {
