@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/fake"
 	"github.com/corralrun/corral/internal/metrics"
@@ -60,7 +61,9 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 			t.Fatal(err)
 		}
 	}
-	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys})
+	// A Manager that audits commands has a server that audits calls.
+	auditLog, _ := cfg.Audit.(*audit.Log)
+	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys, Audit: auditLog})
 	h := s.Handler()
 	if apiKey != "" {
 		if h, err = s.AuthHandler(apiKey); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/sandbox"
 	corral "github.com/corralrun/corral/sdk"
 )
 
@@ -163,4 +165,42 @@ func TestTenantsAreIsolated(t *testing.T) {
 	if _, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a"}); corral.ErrorCode(err) != corral.CodeAlreadyExists {
 		t.Errorf("a second team-a: %v", err)
 	}
+}
+
+// BenchmarkExecAudited measures what tenancy and the audit log add to an
+// exec round trip over TCP: the same `true` through the bootstrap admin
+// key on a server without an audit log (the peer), and through a
+// tenant's key on one that records the call and the command (four
+// appends). The fake driver runs the command on the host.
+func BenchmarkExecAudited(b *testing.B) {
+	run := func(b *testing.B, c *corral.Client) {
+		sb, err := c.Create(b.Context(), corral.CreateOptions{Template: "bb"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if res, err := c.Exec(b.Context(), sb.ID, corral.ExecOptions{Shell: "true"}); err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
+		}
+	}
+	b.Run("admin-unaudited", func(b *testing.B) {
+		c, _ := newTestServer(b, "admin-secret")
+		run(b, c)
+	})
+	b.Run("tenant-audited", func(b *testing.B) {
+		log, err := audit.Open(b.TempDir(), audit.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer log.Close()
+		admin, ts := newTestServer(b, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
+		k, err := admin.CreateKey(b.Context(), corral.KeyOptions{Name: "t", MaxSandboxes: 10})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, _ := corral.New(ts.URL, k.Key)
+		defer c.Close()
+		run(b, c)
+	})
 }
