@@ -55,7 +55,7 @@ func (s *Server) routeControl() {
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
-	mux.HandleFunc("DELETE /templates/{id}", s.deleteTemplate)
+	mux.HandleFunc("DELETE /templates/{id}", s.admin(s.deleteTemplate))
 	mux.HandleFunc("GET /templates", s.templates)
 	mux.HandleFunc("GET /templates/aliases/{alias}", s.templateAlias)
 	s.routeVolumes(mux)

@@ -380,3 +380,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// admin refuses h to keys that are not admin keys: templates are shared
+// by every team, so only admins build, tag or delete them.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := tenancy.From(r.Context()); ok && !p.Admin {
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "templates are shared by every team: only admin keys build, tag or delete them"))
+			return
+		}
+		h(w, r)
+	}
+}

@@ -138,12 +138,12 @@ func (bs *builds) get(id string) (*build, error) {
 
 func (s *Server) routeTemplateBuilds(mux *http.ServeMux) {
 	s.content.HandleFunc("PUT /templatefiles/{hash}", s.uploadFiles)
-	mux.HandleFunc("POST /v3/templates", s.requestBuild)
-	mux.HandleFunc("GET /templates/{id}/files/{hash}", s.fileUploadLink)
-	mux.HandleFunc("POST /v2/templates/{id}/builds/{build}", s.startBuild)
+	mux.HandleFunc("POST /v3/templates", s.admin(s.requestBuild))
+	mux.HandleFunc("GET /templates/{id}/files/{hash}", s.admin(s.fileUploadLink))
+	mux.HandleFunc("POST /v2/templates/{id}/builds/{build}", s.admin(s.startBuild))
 	mux.HandleFunc("GET /templates/{id}/builds/{build}/status", s.buildStatus)
-	mux.HandleFunc("POST /templates/tags", s.assignTags)
-	mux.HandleFunc("DELETE /templates/tags", s.removeTags)
+	mux.HandleFunc("POST /templates/tags", s.admin(s.assignTags))
+	mux.HandleFunc("DELETE /templates/tags", s.admin(s.removeTags))
 	// GET /templates/{id}/tags, written so as not to overlap
 	// GET /templates/aliases/{alias}.
 	mux.HandleFunc("GET /templates/{id}/{sub}", func(w http.ResponseWriter, r *http.Request) {
