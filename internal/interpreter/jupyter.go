@@ -289,10 +289,16 @@ func (k *jupyterKernel) run(ctx context.Context, code string, env map[string]str
 
 // execute runs one execute_request and forwards its IOPub outputs until
 // the kernel is idle again and has replied.
+//
+// stop_on_error is false: "if True, aborts the execution queue if an
+// exception is encountered". This service sends one request at a time, so
+// the only request ipykernel would abort is the next client's, when it
+// arrives before the kernel's event loop has turned once after the error;
+// that request would end at once, with neither output nor error.
 func (k *jupyterKernel) execute(ctx context.Context, code string, silent bool, emit func(Event)) (int, error) {
 	id, err := k.send("execute_request", map[string]any{
 		"code": code, "silent": silent, "store_history": !silent,
-		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true,
+		"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": false,
 	})
 	if err != nil {
 		return 0, err

@@ -245,6 +245,36 @@ func TestTimeoutInterrupts(t *testing.T) {
 	}
 }
 
+// An execution that fails leaves the next one of its context alone, as
+// well as the environment it set. The kernel waits a second after a
+// failed execution before it stops aborting the requests that arrived in
+// the meantime: without that wait the next request would have to come
+// within one turn of its event loop to be aborted.
+func TestErrorKeepsNextExecution(t *testing.T) {
+	ts := newTestServer(t, nil)
+	if x := ts.exec(t, ExecuteRequest{Code: "get_ipython().kernel.stop_on_error_timeout = 1.0"}); len(x.errs) != 0 {
+		t.Fatalf("widening the abort window: %+v", x)
+	}
+	for _, c := range []struct {
+		name string
+		req  ExecuteRequest
+	}{
+		{"error", ExecuteRequest{Code: "1/0"}},
+		{"interrupt", ExecuteRequest{Code: "while True: pass", TimeoutMS: 300}},
+		{"error with env_vars", ExecuteRequest{Code: "1/0", Env: map[string]string{"CORRAL_T": "set"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if x := ts.exec(t, c.req); len(x.errs) != 1 {
+				t.Fatalf("failing execution: %+v", x)
+			}
+			x := ts.exec(t, ExecuteRequest{Code: "import os; os.environ.get('CORRAL_T', 'unset')"})
+			if x.main()["text"] != "unset" || len(x.errs) != 0 || x.count == 0 {
+				t.Errorf("next execution: %+v", x)
+			}
+		})
+	}
+}
+
 // A client that goes away interrupts its execution, as E2B's does.
 func TestDisconnectInterrupts(t *testing.T) {
 	ts := newTestServer(t, nil)
