@@ -31,8 +31,12 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id, port stri
 	for _, h := range []string{"E2b-Traffic-Access-Token", "X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
 		r.Header.Del(h)
 	}
-	if bearer, ok := server.Credentials(r.Header, "Bearer"); ok && bearer == s.cfg.APIKey {
-		r.Header.Del("Authorization")
+	// A bearer token that is an API key (any team's) stays out of the
+	// sandbox.
+	if _, ok := server.Credentials(r.Header, "Bearer"); ok {
+		if _, isKey := s.caller(r); isKey {
+			r.Header.Del("Authorization")
+		}
 	}
 	s.ports.Forward(w, r, id, n, r.URL.EscapedPath(), "")
 }

@@ -52,7 +52,8 @@ func (s *Server) routeVolumeContent() {
 func (s *Server) volumeCall(h func(w http.ResponseWriter, r *http.Request, name, p string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("volumeID")
-		if !s.volumeAuthOK(r, name) {
+		r, ok := s.volumeAuth(r, name)
+		if !ok {
 			s.writeVolumeError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated,
 				"missing or invalid token for volume %s: send Authorization: Bearer with the token of Volume.create or Volume.getInfo", name))
 			return
@@ -65,11 +66,15 @@ func (s *Server) volumeCall(h func(w http.ResponseWriter, r *http.Request, name,
 	}
 }
 
-func (s *Server) volumeAuthOK(r *http.Request, name string) bool {
+// volumeAuth authenticates a volume content request: by the volume's
+// own token, or by an API key, whose principal then travels with the
+// request so that the Manager answers not_found for another team's
+// volume.
+func (s *Server) volumeAuth(r *http.Request, name string) (*http.Request, bool) {
 	if tok, ok := server.Credentials(r.Header, "Bearer"); ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.volumeToken(name))) == 1 {
-		return true
+		return r, true
 	}
-	return s.apiKeyOK(r)
+	return s.caller(r)
 }
 
 // volumePath is p as the Manager's volume calls take it: absolute inside

@@ -141,6 +141,10 @@ func (m *Manager) takeMember(want Sandbox, name string) (id, pool string) {
 // environment, metadata, timers and deadline, and records it as claimed.
 // On error the member is left for the caller to delete.
 func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox, error) {
+	// The member is the operator's until it is claimed: look it up and
+	// shape it as the daemon, and give it to the caller's tenant.
+	owner := tenancy.Owner(ctx)
+	ctx = tenancy.AsDaemon(ctx)
 	if err := m.ping(ctx, id, 2*time.Second); err != nil {
 		return Sandbox{}, err
 	}
@@ -171,7 +175,7 @@ func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox
 		m.mu.Unlock()
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "warm pool member %s changed while being claimed", id)
 	}
-	e.sb.Pool, e.sb.Owner, e.sb.Tenant = "", want.Owner, tenancy.Owner(ctx)
+	e.sb.Pool, e.sb.Owner, e.sb.Tenant = "", want.Owner, owner
 	e.sb.Env, e.sb.Metadata = cloneMap(want.Env), cloneMap(want.Metadata)
 	e.sb.CreatedAt, e.sb.Deadline = want.CreatedAt, want.Deadline
 	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = want.IdleTimeout, want.OnDeadline, want.OnIdle

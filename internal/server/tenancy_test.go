@@ -204,3 +204,55 @@ func BenchmarkExecAudited(b *testing.B) {
 		run(b, c)
 	})
 }
+
+// TestTenantClaimsFromPool checks that a tenant's create takes a ready
+// member of the shared warm pool, which then belongs to the tenant.
+func TestTenantClaimsFromPool(t *testing.T) {
+	admin, ts := newTestServer(t, "admin-secret")
+	ctx := t.Context()
+	if _, err := admin.SetPool(ctx, "warm", corral.PoolOptions{Template: "bb", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p, err := admin.GetPool(ctx, "warm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Ready == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never filled: %+v", p)
+		}
+	}
+	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := corral.New(ts.URL, k.Key)
+	defer a.Close()
+	sb, err := a.Create(ctx, corral.CreateOptions{Pool: "warm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Tenant != "team-a" {
+		t.Fatalf("claimed sandbox's tenant %q", sb.Tenant)
+	}
+	m, err := admin.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(m, []byte("corral_pool_hits_total 1\n")) {
+		t.Fatalf("the tenant's create was no pool hit:\n%s", grepLines(m, "corral_pool_"))
+	}
+}
+
+func grepLines(b []byte, sub string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -61,3 +61,8 @@ func Owner(ctx context.Context) string {
 	p, _ := From(ctx)
 	return p.Tenant
 }
+
+// AsDaemon returns ctx without its principal: for the daemon's own work
+// done during a request, such as handing a pool member (the operator's
+// until claimed) to the caller.
+func AsDaemon(ctx context.Context) context.Context { return context.WithValue(ctx, ctxKey{}, nil) }
