@@ -49,11 +49,29 @@ func (m *Manager) reserveQuota(ctx context.Context, lim Limits, n int) (release 
 		return nil, err
 	}
 	add := usage{sandboxes: n, memory: int64(n) * lim.MemoryBytes, milliCPUs: int64(n) * lim.MilliCPUs, disk: int64(n) * lim.DiskBytes}
+	return m.reserve(p, add, n, now(m))
+}
+
+// reserveRunning checks that a stopped sandbox with limits lim may run
+// again: it counts for sandboxes and disk already, not for memory and CPU.
+func (m *Manager) reserveRunning(ctx context.Context, lim Limits) (release func(), err error) {
+	p, ok := tenancy.From(ctx)
+	if !ok || p.Quota == (tenancy.Quota{}) {
+		return func() {}, nil
+	}
+	return m.reserve(p, usage{memory: lim.MemoryBytes, milliCPUs: lim.MilliCPUs}, 0, now(m))
+}
+
+func now(m *Manager) time.Time { return m.cfg.Now() }
+
+// reserve holds add for p's tenant, counting creates more creates against
+// its rate, once the quota allows it.
+func (m *Manager) reserve(p tenancy.Principal, add usage, creates int, now time.Time) (release func(), err error) {
+	q, n := p.Quota, creates
 	tenant := p.Tenant
 	m.quota.mu.Lock()
 	defer m.quota.mu.Unlock()
-	now := m.cfg.Now()
-	if q.CreatesPerMinute > 0 {
+	if q.CreatesPerMinute > 0 && n > 0 {
 		times := m.quota.recent[tenant]
 		for len(times) > 0 && now.Sub(times[0]) >= time.Minute {
 			times = times[1:]

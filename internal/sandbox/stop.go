@@ -187,6 +187,11 @@ func (m *Manager) StartFor(ctx context.Context, id string, timeout time.Duration
 	if !ok {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s: runtime %q is not available on this daemon", id, sb.Runtime)
 	}
+	releaseQuota, err := m.reserveRunning(ctx, Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer releaseQuota()
 	done, err := m.adm.Reserve(ctx, id, claimOf(sb))
 	if err != nil {
 		return Sandbox{}, err

@@ -256,3 +256,29 @@ func grepLines(b []byte, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestQuotaHoldsAcrossStopAndStart checks that starting a stopped
+// sandbox again counts its memory against the tenant's quota.
+func TestQuotaHoldsAcrossStopAndStart(t *testing.T) {
+	admin, ts := newTestServer(t, "admin-secret")
+	ctx := t.Context()
+	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a", MaxMemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := corral.New(ts.URL, k.Key)
+	defer a.Close()
+	first, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Stop(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 256}); err != nil {
+		t.Fatalf("a create while the other is stopped: %v", err)
+	}
+	if _, err := a.Start(ctx, first.ID, nil); corral.ErrorCode(err) != corral.CodeResourceExhausted {
+		t.Fatalf("starting past the memory quota: %v", err)
+	}
+}
