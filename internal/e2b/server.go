@@ -317,11 +317,6 @@ func (s *Server) caller(r *http.Request) (*http.Request, bool) {
 	return r.WithContext(ctx), true
 }
 
-func (s *Server) apiKeyOK(r *http.Request) bool {
-	_, ok := s.caller(r)
-	return ok
-}
-
 // envdAuthOK reports whether a request may use sandbox id's envd: with
 // the sandbox's access token, or an API key whose tenant owns it.
 func (s *Server) envdAuthOK(r *http.Request, id string) bool {

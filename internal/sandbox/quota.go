@@ -49,7 +49,7 @@ func (m *Manager) reserveQuota(ctx context.Context, lim Limits, n int) (release 
 		return nil, err
 	}
 	add := usage{sandboxes: n, memory: int64(n) * lim.MemoryBytes, milliCPUs: int64(n) * lim.MilliCPUs, disk: int64(n) * lim.DiskBytes}
-	return m.reserve(p, add, n, now(m))
+	return m.reserve(p, add, n)
 }
 
 // reserveRunning checks that a stopped sandbox with limits lim may run
@@ -59,15 +59,13 @@ func (m *Manager) reserveRunning(ctx context.Context, lim Limits) (release func(
 	if !ok || p.Quota == (tenancy.Quota{}) {
 		return func() {}, nil
 	}
-	return m.reserve(p, usage{memory: lim.MemoryBytes, milliCPUs: lim.MilliCPUs}, 0, now(m))
+	return m.reserve(p, usage{memory: lim.MemoryBytes, milliCPUs: lim.MilliCPUs}, 0)
 }
 
-func now(m *Manager) time.Time { return m.cfg.Now() }
-
-// reserve holds add for p's tenant, counting creates more creates against
-// its rate, once the quota allows it.
-func (m *Manager) reserve(p tenancy.Principal, add usage, creates int, now time.Time) (release func(), err error) {
-	q, n := p.Quota, creates
+// reserve holds add for p's tenant, counting n more creates against its
+// rate, once the quota allows it.
+func (m *Manager) reserve(p tenancy.Principal, add usage, n int) (release func(), err error) {
+	q, now := p.Quota, m.cfg.Now()
 	tenant := p.Tenant
 	m.quota.mu.Lock()
 	defer m.quota.mu.Unlock()
