@@ -510,15 +510,10 @@ func (m *Manager) warmAgent(c *agentclient.Client) {
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := m.untilClose()
 		defer cancel()
-		go func() {
-			select {
-			case <-m.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancelTimeout := context.WithTimeout(ctx, 5*time.Second)
+		defer cancelTimeout()
 		_, _ = c.Health(ctx)
 	}()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/agentclient"
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/tenancy"
@@ -157,14 +158,33 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req wire.StartReq
 	if err != nil {
 		return wire.ProcessInfo{}, err
 	}
+	start := time.Now()
 	info, err := client.StartProcess(ctx, req)
 	if err != nil {
-		m.auditEnd(rec, time.Now(), nil, err)
+		m.auditEnd(rec, start, nil, err)
+	} else {
+		go m.auditProcessExit(client, info.PID, rec, start)
 	}
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		m.checkAlive(context.WithoutCancel(ctx), e)
 	}
 	return info, err
+}
+
+// auditProcessExit waits for background process pid to end and records
+// how it ended. A sandbox deleted under the process records the error; a
+// manager that closes stops waiting, since the process may outlive it.
+func (m *Manager) auditProcessExit(client *agentclient.Client, pid int, rec audit.Record, start time.Time) {
+	if m.cfg.Audit == nil {
+		return
+	}
+	ctx, cancel := m.untilClose()
+	defer cancel()
+	info, err := client.Wait(ctx, pid)
+	if ctx.Err() != nil {
+		return
+	}
+	m.auditEnd(rec, start, &wire.ExecEvent{ExitCode: info.ExitCode, Signal: info.Signal}, err)
 }
 
 // running returns a running sandbox's entry, agent and runtime, and fills

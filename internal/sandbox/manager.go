@@ -284,6 +284,20 @@ func (m *Manager) Close() error {
 	return nil
 }
 
+// untilClose returns a context that ends when the manager closes, for work
+// that outlives the request that started it.
+func (m *Manager) untilClose() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-m.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // Runtimes lists the available drivers and their capabilities.
 func (m *Manager) Runtimes() []RuntimeInfo {
 	out := make([]RuntimeInfo, 0, len(m.drivers))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/errdefs"
@@ -73,11 +74,22 @@ func (r *earlyExec) start(e *entry, c *agentclient.Client) {
 	r.m.mu.RUnlock()
 	r.e = e
 	r.sent.Store(true)
+	rec, err := r.m.auditStart(r.ctx, "exec", t.id, r.req)
+	if err != nil {
+		r.err = err
+		close(r.done)
+		return
+	}
 	go func() {
 		defer close(r.done)
+		start := time.Now()
+		var exit *wire.ExecEvent
 		// A new sandbox has no OOM kills yet, and its cgroup may not
 		// exist at this point to say so.
 		r.err = r.m.exec(r.ctx, t, r.req, 0, nil, func(ev wire.ExecEvent) error {
+			if ev.Type == wire.EventExit {
+				exit = &ev
+			}
 			select {
 			case <-r.open:
 			case <-r.ctx.Done():
@@ -85,6 +97,7 @@ func (r *earlyExec) start(e *entry, c *agentclient.Client) {
 			}
 			return r.fn(ev)
 		})
+		r.m.auditEnd(rec, start, exit, r.err)
 	}()
 }
 

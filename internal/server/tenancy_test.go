@@ -282,3 +282,73 @@ func TestQuotaHoldsAcrossStopAndStart(t *testing.T) {
 		t.Fatalf("starting past the memory quota: %v", err)
 	}
 }
+
+// TestAuditRecordsCommands checks that every way of starting a command
+// leaves a record with the caller's key before it runs and one with its
+// exit after: exec, the command of POST /v1/run (sent to the agent while
+// the sandbox starts), and a background process.
+func TestAuditRecordsCommands(t *testing.T) {
+	log, err := audit.Open(t.TempDir(), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	admin, ts := newTestServer(t, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
+	ctx := t.Context()
+	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "runner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := corral.New(ts.URL, k.Key)
+	defer c.Close()
+
+	sb, res, err := c.Run(ctx, corral.RunOptions{Sandbox: corral.CreateOptions{Template: "bb"}, Exec: corral.ExecOptions{Cmd: []string{"echo", "from-run"}}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatal(res, err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, corral.ExecOptions{Cmd: []string{"echo", "from-exec"}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"echo", "from-process"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, sb.ID, p.PID); err != nil {
+		t.Fatal(err)
+	}
+
+	// The exit of a background process is recorded by a waiter of its
+	// own, which may still be writing when Wait returns here.
+	var starts map[string]string
+	var ends map[string]bool
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		starts, ends = map[string]string{}, map[string]bool{}
+		err = admin.Audit(ctx, corral.AuditOptions{SandboxID: sb.ID}, func(r corral.AuditRecord) error {
+			if r.Key != "runner" || r.Tenant != k.Tenant {
+				t.Errorf("record of %q by key %q tenant %q", r.Action, r.Key, r.Tenant)
+			}
+			switch {
+			case len(r.Argv) == 2:
+				starts[r.Argv[1]] = r.Action
+			case r.ExitCode != nil:
+				ends[r.Action] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ends["process"] || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for arg, action := range map[string]string{"from-run": "exec", "from-exec": "exec", "from-process": "process"} {
+		if starts[arg] != action {
+			t.Errorf("no %s record of echo %s: %v", action, arg, starts)
+		}
+	}
+	if !ends["exec"] || !ends["process"] {
+		t.Errorf("exit records: %v", ends)
+	}
+}
