@@ -93,6 +93,11 @@ func (sb *sandbox) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "corral: no intercepted connection", http.StatusInternalServerError)
 		return
 	}
+	if r.Method == http.MethodConnect {
+		sb.decision("https", ic.host, ic.orig, false, "CONNECT inside an intercepted connection", "intercepted", true)
+		http.Error(w, "corral: CONNECT is not supported inside this connection", http.StatusMethodNotAllowed)
+		return
+	}
 	host, port, err := splitHostPort(r.Host, ic.port)
 	if name, ok := canonicalName(host); err != nil || !ok || name != ic.host || port != ic.port {
 		sb.decision("https", r.Host, ic.orig, false, "host differs from the TLS server name "+ic.host, "intercepted", true)
