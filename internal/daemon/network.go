@@ -57,7 +57,13 @@ func (d *Daemon) openNetwork(context.Context) error {
 			return fmt.Errorf("no DNS upstream for sandboxes: %s names no nameserver; set --dns-upstream", hostResolvConf)
 		}
 	}
-	srv, err := egress.New(egress.Config{Upstreams: ups, Ports: egress.DefaultServerPorts(), Logger: d.log.With("component", "egress")})
+	// The CA persists with the daemon's state: sandboxes trust it, and a
+	// new one would break those that outlive a restart.
+	ca, err := egress.LoadCA(filepath.Join(d.cfg.StateDir, "egress-ca"))
+	if err != nil {
+		return err
+	}
+	srv, err := egress.New(egress.Config{Upstreams: ups, Ports: egress.DefaultServerPorts(), Logger: d.log.With("component", "egress"), CA: ca})
 	if err != nil {
 		return fmt.Errorf("starting egress server: %w", err)
 	}

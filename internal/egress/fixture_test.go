@@ -2,7 +2,9 @@ package egress
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log"
@@ -12,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
@@ -32,6 +35,16 @@ type fixture struct {
 
 	mu    sync.Mutex
 	dials []netip.AddrPort
+	seen  []seenRequest
+}
+
+// seenRequest is a request a test web server received.
+type seenRequest struct {
+	server string // "a" or "b"
+	proto  string
+	tls    bool
+	header http.Header
+	body   string
 }
 
 const (
@@ -39,7 +52,7 @@ const (
 	addrB = "198.18.0.11"
 )
 
-func localIPv4(t *testing.T) string {
+func localIPv4(t testing.TB) string {
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
@@ -49,7 +62,7 @@ func localIPv4(t *testing.T) string {
 	return ""
 }
 
-func newFixture(t *testing.T, p Policy) *fixture {
+func newFixture(t testing.TB, p Policy, opts ...func(*Config)) *fixture {
 	t.Helper()
 	records := map[string][]string{
 		"allowed.test":     {addrA},
@@ -73,9 +86,10 @@ func newFixture(t *testing.T, p Policy) *fixture {
 	for _, s := range []struct {
 		ip, label string
 	}{{addrA, "a"}, {addrB, "b"}} {
-		plain := httptest.NewServer(nettest.EchoHandler(s.label))
+		plain := httptest.NewServer(f.recorder(s.label))
 		t.Cleanup(plain.Close)
-		secure := httptest.NewUnstartedServer(nettest.EchoHandler(s.label))
+		secure := httptest.NewUnstartedServer(f.recorder(s.label))
+		secure.EnableHTTP2 = true
 		secure.TLS = &tls.Config{Certificates: []tls.Certificate{f.certs.Server}}
 		secure.Config.ErrorLog = log.New(io.Discard, "", 0)
 		secure.StartTLS()
@@ -83,7 +97,7 @@ func newFixture(t *testing.T, p Policy) *fixture {
 		web[netip.AddrPortFrom(netip.MustParseAddr(s.ip), 80)] = plain.Listener.Addr().String()
 		web[netip.AddrPortFrom(netip.MustParseAddr(s.ip), 443)] = secure.Listener.Addr().String()
 	}
-	srv, err := New(Config{
+	cfg := Config{
 		Upstreams: []netip.AddrPort{f.up.Addr},
 		Logger:    slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Dial: func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
@@ -97,7 +111,12 @@ func newFixture(t *testing.T, p Policy) *fixture {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", target)
 		},
-	})
+	}
+	cfg.UpstreamRoots = f.certs.Pool
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +127,63 @@ func newFixture(t *testing.T, p Policy) *fixture {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// recorder wraps nettest.EchoHandler: it records every request, answers
+// POST /body with the body it received, and accepts a WebSocket handshake
+// on /ws (answering with the Authorization header it got, then echoing).
+func (f *fixture) recorder(label string) http.Handler {
+	echo := nettest.EchoHandler(label)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.seen = append(f.seen, seenRequest{server: label, proto: r.Proto, tls: r.TLS != nil, header: r.Header.Clone(), body: string(body)})
+		f.mu.Unlock()
+		switch r.URL.Path {
+		case "/body":
+			_, _ = w.Write(body)
+		case "/ws":
+			serveTestWebSocket(w, r)
+		default:
+			echo.ServeHTTP(w, r)
+		}
+	})
+}
+
+// serveTestWebSocket completes an RFC 6455 §4.2.2 opening handshake and
+// then echoes raw bytes; the tests need the upgrade, not the framing.
+func serveTestWebSocket(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.Error(w, "not a websocket handshake", http.StatusBadRequest)
+		return
+	}
+	sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nX-Seen-Authorization: %s\r\n\r\n",
+		base64.StdEncoding.EncodeToString(sum[:]), r.Header.Get("Authorization"))
+	_ = brw.Flush()
+	_, _ = io.Copy(c, brw)
+}
+
+// Seen returns the requests the web servers received.
+func (f *fixture) Seen() []seenRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]seenRequest(nil), f.seen...)
+}
+
+// lastSeen returns the last request a web server received.
+func (f *fixture) lastSeen(t testing.TB) seenRequest {
+	t.Helper()
+	s := f.Seen()
+	if len(s) == 0 {
+		t.Fatal("no request reached a web server")
+	}
+	return s[len(s)-1]
 }
 
 // Dials returns the addresses the proxy dialed.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/corralrun/corral/internal/errdefs"
@@ -43,10 +44,15 @@ type Policy struct {
 	// always-blocked range (or is a single address) names it explicitly
 	// and opens it; a broader rule (0.0.0.0/0) never opens blocked ranges.
 	CIDRs []CIDRRule `json:"cidrs,omitempty"`
-	// Headers are set by the proxy on plaintext HTTP requests to matching
-	// destinations, so that secrets never enter the sandbox. HTTPS is not
-	// covered: the proxy does not terminate TLS.
+	// Headers are set by the proxy on requests to matching destinations,
+	// so that secrets never enter the sandbox: on plaintext HTTP, and on
+	// HTTPS when the Server has a CA (the proxy then terminates TLS for
+	// those names only).
 	Headers []HeaderRule `json:"headers,omitempty"`
+	// Placeholders are stand-ins the sandbox holds instead of secrets; the
+	// proxy swaps them for the secrets' values in requests to their
+	// domains (HTTPS as for Headers).
+	Placeholders []PlaceholderRule `json:"placeholders,omitempty"`
 }
 
 // DomainRule allows one name pattern on some ports.
@@ -64,9 +70,11 @@ type CIDRRule struct {
 	Ports []uint16 `json:"ports,omitempty"`
 }
 
-// HeaderRule sets one request header on plaintext HTTP requests whose
-// authority matches Domain (same pattern syntax as DomainRule.Name). The
-// header replaces any value the sandbox sent.
+// HeaderRule sets one request header on requests whose authority matches
+// Domain (same pattern syntax as DomainRule.Name). The header replaces any
+// value the sandbox sent. Value may reference secrets as
+// {{secret:NAME}}; the proxy resolves them through Config.Secrets for
+// every request, so a rotated secret is used from the next request on.
 type HeaderRule struct {
 	Domain string `json:"domain"`
 	Name   string `json:"name"`
@@ -76,6 +84,24 @@ type HeaderRule struct {
 // LogValue keeps the secret out of logs.
 func (h HeaderRule) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("domain", h.Domain), slog.String("name", h.Name), slog.String("value", "REDACTED"))
+}
+
+// PlaceholderRule gives the sandbox a stand-in for a secret (in environment variable Env); the proxy swaps it for the real value only in requests to Domain.
+type PlaceholderRule struct {
+	Domain      string `json:"domain"`         // pattern, same syntax as DomainRule.Name
+	Env         string `json:"env"`            // env var name, [A-Za-z_][A-Za-z0-9_]*
+	Secret      string `json:"secret"`         // secret name
+	Placeholder string `json:"placeholder"`    // "corral-placeholder-" + 32 lowercase hex; chosen by the caller (sandbox layer) at create; Normalize validates its form
+	Body        bool   `json:"body,omitempty"` // also replace in request bodies
+}
+
+// PlaceholderPrefix starts every PlaceholderRule.Placeholder; 32 lower-case
+// hexadecimal digits follow it.
+const PlaceholderPrefix = "corral-placeholder-"
+
+// LogValue keeps log lines short; a placeholder is not a secret.
+func (r PlaceholderRule) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("domain", r.Domain), slog.String("env", r.Env), slog.String("secret", r.Secret))
 }
 
 // AlwaysBlocked returns the IPv4 ranges no sandbox reaches unless a CIDR
@@ -145,7 +171,7 @@ func (p Policy) Normalize() (Policy, error) {
 	out := Policy{Mode: p.Mode}
 	switch p.Mode {
 	case ModeNone:
-		if len(p.Domains)+len(p.CIDRs)+len(p.Headers) > 0 {
+		if len(p.Domains)+len(p.CIDRs)+len(p.Headers)+len(p.Placeholders) > 0 {
 			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "network mode none takes no rules")
 		}
 		return out, nil
@@ -173,16 +199,109 @@ func (p Policy) Normalize() (Policy, error) {
 		out.CIDRs = append(out.CIDRs, CIDRRule{Prefix: c.Prefix.Masked(), Ports: append([]uint16(nil), c.Ports...)})
 	}
 	for _, h := range p.Headers {
-		dom, err := normalizePattern(h.Domain)
+		dom, err := out.ruleDomain(h.Domain)
 		if err != nil {
 			return Policy{}, err
 		}
 		if !validHeaderName(h.Name) || strings.ContainsAny(h.Value, "\r\n\x00") {
 			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "header rule for %q: invalid header name or value", h.Domain)
 		}
+		if _, err := parseTemplate(h.Value); err != nil {
+			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "header rule for %q, header %s: %v", h.Domain, h.Name, err)
+		}
 		out.Headers = append(out.Headers, HeaderRule{Domain: dom, Name: h.Name, Value: h.Value})
 	}
+	byEnv := map[string]PlaceholderRule{}
+	byPlaceholder := map[string]string{}
+	for _, r := range p.Placeholders {
+		dom, err := out.ruleDomain(r.Domain)
+		if err != nil {
+			return Policy{}, err
+		}
+		switch {
+		case !validEnvName(r.Env):
+			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder rule for %q: env %q: want [A-Za-z_][A-Za-z0-9_]*", r.Domain, r.Env)
+		case !validSecretName(r.Secret):
+			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder rule for %q: secret %q: want [a-z0-9][a-z0-9._-]{0,62}", r.Domain, r.Secret)
+		case !validPlaceholder(r.Placeholder):
+			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder rule for %q: placeholder: want %q followed by 32 lower-case hex digits", r.Domain, PlaceholderPrefix)
+		}
+		// One env var stands for one secret, whatever the domains it
+		// may reach: rules sharing an Env must agree on the rest.
+		if prev, ok := byEnv[r.Env]; ok && (prev.Secret != r.Secret || prev.Placeholder != r.Placeholder) {
+			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder rules for env %s name different secrets or placeholders", r.Env)
+		}
+		if env, ok := byPlaceholder[r.Placeholder]; ok && env != r.Env {
+			return Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder rules for env %s and %s share a placeholder", env, r.Env)
+		}
+		byEnv[r.Env], byPlaceholder[r.Placeholder] = r, r.Env
+		out.Placeholders = append(out.Placeholders, PlaceholderRule{Domain: dom, Env: r.Env, Secret: r.Secret, Placeholder: r.Placeholder, Body: r.Body})
+	}
 	return out, nil
+}
+
+// ruleDomain normalizes the domain pattern of a header or placeholder rule
+// and checks that the policy's domains allow every name it matches: a rule
+// for a name the sandbox cannot reach is a mistake worth reporting. p must
+// already hold the normalized domains.
+func (p Policy) ruleDomain(pattern string) (string, error) {
+	dom, err := normalizePattern(pattern)
+	if err != nil {
+		return "", err
+	}
+	if p.Mode == ModeOpen {
+		return dom, nil
+	}
+	rest, wild := strings.CutPrefix(dom, "*.")
+	for _, d := range p.Domains {
+		// "*.a.b" is covered by "*.a.b" or "*.b"; an exact name covers no
+		// wildcard.
+		if !wild && matchPattern(d.Name, dom) || wild && strings.HasPrefix(d.Name, "*.") && (d.Name == dom || matchPattern(d.Name, rest)) {
+			return dom, nil
+		}
+	}
+	return "", errdefs.Errorf(errdefs.ErrInvalidArgument, "rule for %s: domain not allowed by the policy", pattern)
+}
+
+// SecretRefs returns the names of the secrets the policy's header
+// templates and placeholders reference, sorted and without duplicates, so
+// that callers can check they exist before applying the policy. p must be
+// normalized.
+func (p Policy) SecretRefs() []string {
+	var out []string
+	for _, h := range p.Headers {
+		parts, _ := parseTemplate(h.Value)
+		for _, part := range parts {
+			if part.secret != "" {
+				out = append(out, part.secret)
+			}
+		}
+	}
+	for _, r := range p.Placeholders {
+		out = append(out, r.Secret)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// intercepts reports whether some header or placeholder rule applies to
+// name, so that the proxy must see its HTTPS requests.
+func (p Policy) intercepts(name string) bool {
+	n, ok := canonicalName(name)
+	if !ok {
+		return false
+	}
+	for _, h := range p.Headers {
+		if matchPattern(h.Domain, n) {
+			return true
+		}
+	}
+	for _, r := range p.Placeholders {
+		if matchPattern(r.Domain, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // AllowsName reports whether the sandbox may resolve name (on some port).
@@ -286,6 +405,20 @@ func (p Policy) headersFor(name string) []HeaderRule {
 	return out
 }
 
+// placeholdersFor splits the placeholder rules into those that apply to
+// requests for name and the others.
+func (p Policy) placeholdersFor(name string) (match, other []PlaceholderRule) {
+	n, ok := canonicalName(name)
+	for _, r := range p.Placeholders {
+		if ok && matchPattern(r.Domain, n) {
+			match = append(match, r)
+		} else {
+			other = append(other, r)
+		}
+	}
+	return match, other
+}
+
 func matchPattern(pattern, name string) bool {
 	if suffix, ok := strings.CutPrefix(pattern, "*"); ok {
 		return len(name) > len(suffix) && strings.HasSuffix(name, suffix)
@@ -346,6 +479,46 @@ func canonicalName(name string) (string, bool) {
 		}
 	}
 	return name, true
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// validSecretName reports whether s matches [a-z0-9][a-z0-9._-]{0,62}.
+func validSecretName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && strings.IndexByte("._-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func validPlaceholder(s string) bool {
+	hex, ok := strings.CutPrefix(s, PlaceholderPrefix)
+	if !ok || len(hex) != 32 {
+		return false
+	}
+	for i := 0; i < len(hex); i++ {
+		if c := hex[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func validHeaderName(s string) bool {

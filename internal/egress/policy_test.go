@@ -188,3 +188,89 @@ func TestHeaderRuleLogValueRedacts(t *testing.T) {
 		t.Errorf("LogValue = %q, must not contain the secret", got)
 	}
 }
+
+func TestNormalizeRules(t *testing.T) {
+	ph := PlaceholderRule{Domain: "api.example.test", Env: "API_KEY", Secret: "api-key", Placeholder: apiPlaceholder}
+	base := func(mod func(*Policy)) Policy {
+		p := Policy{Mode: ModeAllowlist, Domains: []DomainRule{{Name: "api.example.test"}, {Name: "*.wild.test"}}}
+		mod(&p)
+		return p
+	}
+	header := func(dom, value string) func(*Policy) {
+		return func(p *Policy) { p.Headers = []HeaderRule{{Domain: dom, Name: "Authorization", Value: value}} }
+	}
+	placeholder := func(mod func(*PlaceholderRule)) func(*Policy) {
+		return func(p *Policy) {
+			r := ph
+			mod(&r)
+			p.Placeholders = []PlaceholderRule{r}
+		}
+	}
+	tests := []struct {
+		name    string
+		in      Policy
+		wantErr string // substring; empty means valid
+	}{
+		{"secret template", base(header("api.example.test", "Bearer {{secret:api-token}} and {{secret:b.2_x}}")), ""},
+		{"literal braces closing only", base(header("api.example.test", "a}}b")), ""},
+		{"unknown template kind", base(header("api.example.test", "{{env:HOME}}")), "want {{secret:NAME}}"},
+		{"unclosed template", base(header("api.example.test", "Bearer {{secret:x")), "without"},
+		{"empty template", base(header("api.example.test", "{{}}")), "want {{secret:NAME}}"},
+		{"upper-case secret name", base(header("api.example.test", "{{secret:Token}}")), "want {{secret:NAME}}"},
+		{"secret name too long", base(header("api.example.test", "{{secret:"+strings.Repeat("a", 64)+"}}")), "want {{secret:NAME}}"},
+		{"spaces in template", base(header("api.example.test", "{{ secret:x }}")), "want {{secret:NAME}}"},
+		{"header for a name not allowed", base(header("other.test", "x")), "rule for other.test: domain not allowed by the policy"},
+		{"header under a wildcard", base(header("a.wild.test", "x")), ""},
+		{"wildcard header under a wildcard", base(header("*.b.wild.test", "x")), ""},
+		{"wildcard header for an exact name", base(header("*.api.example.test", "x")), "domain not allowed"},
+		{"wildcard apex", base(header("wild.test", "x")), "domain not allowed"},
+		{"open mode allows any rule domain", Policy{Mode: ModeOpen, Headers: []HeaderRule{{Domain: "x.test", Name: "A", Value: "b"}}}, ""},
+		{"placeholder", base(placeholder(func(*PlaceholderRule) {})), ""},
+		{"placeholder for a name not allowed", base(placeholder(func(r *PlaceholderRule) { r.Domain = "other.test" })), "domain not allowed by the policy"},
+		{"placeholder bad env", base(placeholder(func(r *PlaceholderRule) { r.Env = "1KEY" })), "env"},
+		{"placeholder env with dash", base(placeholder(func(r *PlaceholderRule) { r.Env = "API-KEY" })), "env"},
+		{"placeholder bad secret", base(placeholder(func(r *PlaceholderRule) { r.Secret = "-x" })), "secret"},
+		{"placeholder short", base(placeholder(func(r *PlaceholderRule) { r.Placeholder = PlaceholderPrefix + "abc" })), "placeholder"},
+		{"placeholder upper-case hex", base(placeholder(func(r *PlaceholderRule) { r.Placeholder = strings.ToUpper(apiPlaceholder) })), "placeholder"},
+		{"placeholder without prefix", base(placeholder(func(r *PlaceholderRule) { r.Placeholder = "0123456789abcdef0123456789abcdef" })), "placeholder"},
+		{"one env, two secrets", base(func(p *Policy) {
+			p.Placeholders = []PlaceholderRule{ph, {Domain: "a.wild.test", Env: "API_KEY", Secret: "other", Placeholder: apiPlaceholder}}
+		}), "different secrets"},
+		{"one env, two domains", base(func(p *Policy) {
+			p.Placeholders = []PlaceholderRule{ph, {Domain: "*.wild.test", Env: "API_KEY", Secret: "api-key", Placeholder: apiPlaceholder}}
+		}), ""},
+		{"two envs, one placeholder", base(func(p *Policy) {
+			p.Placeholders = []PlaceholderRule{ph, {Domain: "*.wild.test", Env: "OTHER", Secret: "api-key", Placeholder: apiPlaceholder}}
+		}), "share a placeholder"},
+		{"none with placeholders", Policy{Mode: ModeNone, Placeholders: []PlaceholderRule{ph}}, "takes no rules"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.in.Normalize()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("Normalize: %v", err)
+			case tt.wantErr != "" && (!errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Normalize: err = %v, want invalid argument containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestSecretRefs(t *testing.T) {
+	p := mustNormalize(t, interceptPolicy())
+	p.Headers = append(p.Headers, HeaderRule{Domain: "api.example.test", Name: "X-Two", Value: "{{secret:b}}{{secret:api-token}}"})
+	if diff := cmp.Diff([]string{"api-key", "api-token", "b"}, p.SecretRefs()); diff != "" {
+		t.Errorf("SecretRefs (-want +got):\n%s", diff)
+	}
+	if got := (Policy{Mode: ModeOpen}).SecretRefs(); len(got) != 0 {
+		t.Errorf("SecretRefs of a policy without rules = %v", got)
+	}
+}
+
+func TestPlaceholderRuleLogValue(t *testing.T) {
+	v := PlaceholderRule{Domain: "a.test", Env: "KEY", Secret: "k", Placeholder: apiPlaceholder}.LogValue()
+	if got := v.String(); !strings.Contains(got, "KEY") || strings.Contains(got, apiPlaceholder) {
+		t.Errorf("LogValue = %q", got)
+	}
+}

@@ -24,8 +24,8 @@ const (
 )
 
 type (
-	policyKey struct{}
-	connKey   struct{}
+	routeKey struct{}
+	connKey  struct{}
 )
 
 // transparentConn is a plaintext HTTP connection the transparent proxy
@@ -142,6 +142,11 @@ func (sb *sandbox) handleTransparent(c net.Conn) {
 	if err := sb.check(host, port, p); err != nil {
 		sb.decision("sni", host, orig, false, err.reason)
 		refuseTLS(c)
+		return
+	}
+	if sb.interceptable(sni, p) {
+		sb.decision("sni", host, orig, true, "", "intercepted", true)
+		sb.intercept(c, hello, sni, port, "sni", orig)
 		return
 	}
 	up, err := sb.dial(sb.ctx, host, port, p)
@@ -300,34 +305,55 @@ func (sb *sandbox) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb.decision(via, host, orig, true, "")
-	ctx := context.WithValue(r.Context(), policyKey{}, p)
-	ctx = context.WithValue(ctx, authorityKey{}, netJoin(host, port))
-	sb.proxy.ServeHTTP(w, r.WithContext(ctx))
+	sb.forward(w, r, p, "http", host, port)
 }
 
-type authorityKey struct{}
+// route is what the proxy decided for one request: where it goes, under
+// which policy, and what it injects.
+type route struct {
+	policy    *Policy
+	scheme    string
+	authority string
+	inject    *injection
+}
+
+// forward sends an allowed request to host:port with the policy's
+// headers and placeholders applied. Secrets are resolved here, once per
+// request; a secret that cannot be resolved fails the request with 502.
+func (sb *sandbox) forward(w http.ResponseWriter, r *http.Request, p *Policy, scheme, host string, port uint16) {
+	inj, err := sb.injectionFor(r.Context(), p, host)
+	if err != nil {
+		var se *secretError
+		if errors.As(err, &se) {
+			sb.srv.log.Warn("egress secret unavailable", "sandbox_id", sb.id, "host", host, "secret", se.name, "err", se.err)
+		}
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	for _, env := range inj.strays(r) {
+		sb.srv.log.Warn("egress placeholder sent to a host it is not for; left as is", "sandbox_id", sb.id, "host", host, "env", env)
+	}
+	ctx := context.WithValue(r.Context(), routeKey{}, &route{policy: p, scheme: scheme, authority: netJoin(host, port), inject: inj})
+	sb.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
 
 func netJoin(host string, port uint16) string {
 	return net.JoinHostPort(host, fmt.Sprint(port))
 }
 
 // rewrite prepares the outbound request: same method, path, Host and
-// body, to the authority that was checked, plus the policy's injected
-// headers. ReverseProxy has already removed hop-by-hop headers
-// (Proxy-Authorization among them) and adds no X-Forwarded-For.
+// body, to the authority that was checked, with the policy's headers and
+// placeholders applied. ReverseProxy has already removed hop-by-hop
+// headers (Proxy-Authorization among them) and adds no X-Forwarded-For.
 func (sb *sandbox) rewrite(pr *httputil.ProxyRequest) {
-	ctx := pr.In.Context()
-	p, _ := ctx.Value(policyKey{}).(*Policy)
-	authority, _ := ctx.Value(authorityKey{}).(string)
-	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = authority
-	pr.Out.Host = pr.In.Host
-	if p != nil {
-		host, _, _ := splitHostPort(authority, 80)
-		for _, h := range p.headersFor(host) {
-			pr.Out.Header.Set(h.Name, h.Value)
-		}
+	rt, _ := pr.In.Context().Value(routeKey{}).(*route)
+	if rt == nil {
+		return // forward always sets it
 	}
+	pr.Out.URL.Scheme = rt.scheme
+	pr.Out.URL.Host = rt.authority
+	pr.Out.Host = pr.In.Host
+	rt.inject.apply(pr.Out)
 }
 
 func (sb *sandbox) proxyError(w http.ResponseWriter, r *http.Request, err error) {
@@ -336,6 +362,15 @@ func (sb *sandbox) proxyError(w http.ResponseWriter, r *http.Request, err error)
 	case errors.As(err, &ref):
 		sb.decision("dial", ref.host, netip.AddrPort{}, false, ref.reason)
 		http.Error(w, ref.Error(), http.StatusForbidden)
+	case certError(err):
+		// Never fall back to passing the connection through: the
+		// sandbox trusts the proxy's certificate for this name.
+		host := r.Host
+		if rt, ok := r.Context().Value(routeKey{}).(*route); ok {
+			host, _, _ = splitHostPort(rt.authority, 0)
+		}
+		sb.srv.log.Warn("egress upstream certificate rejected", "sandbox_id", sb.id, "host", host, "err", err)
+		http.Error(w, fmt.Sprintf("corral: %s presented a certificate that is not valid, so the request was not sent: %v", host, err), http.StatusBadGateway)
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
 	default:
@@ -358,36 +393,46 @@ func (sb *sandbox) serveConnect(w http.ResponseWriter, r *http.Request, p *Polic
 		http.Error(w, ref.Error(), http.StatusForbidden)
 		return
 	}
-	up, err := sb.dial(r.Context(), host, port, p)
-	if err != nil {
-		var ref *refusal
-		if errors.As(err, &ref) {
-			sb.decision("connect", host, netip.AddrPort{}, false, ref.reason)
-			http.Error(w, ref.Error(), http.StatusForbidden)
+	// A target some rule needs to see is dialed only if the tunnel turns
+	// out not to be intercepted; the proxy dials per request otherwise.
+	var up net.Conn
+	closeUp := func() {
+		if up != nil {
+			up.Close()
+		}
+	}
+	if !sb.interceptable(host, p) {
+		up, err = sb.dial(r.Context(), host, port, p)
+		if err != nil {
+			var ref *refusal
+			if errors.As(err, &ref) {
+				sb.decision("connect", host, netip.AddrPort{}, false, ref.reason)
+				http.Error(w, ref.Error(), http.StatusForbidden)
+				return
+			}
+			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		up.Close()
+		closeUp()
 		http.Error(w, "corral: cannot hijack connection", http.StatusInternalServerError)
 		return
 	}
 	client, brw, err := hj.Hijack()
 	if err != nil {
-		up.Close()
+		closeUp()
 		return
 	}
 	if !sb.active.hold(client) {
-		up.Close()
+		closeUp()
 		return
 	}
 	defer sb.active.release(client)
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		client.Close()
-		up.Close()
+		closeUp()
 		return
 	}
 	// Bytes the client sent after the CONNECT head may sit in brw.
@@ -401,7 +446,7 @@ func (sb *sandbox) serveConnect(w http.ResponseWriter, r *http.Request, p *Polic
 	var first [1]byte
 	if _, err := io.ReadFull(in, first[:]); err != nil {
 		client.Close()
-		up.Close()
+		closeUp()
 		return
 	}
 	head := []byte{first[0]}
@@ -412,7 +457,14 @@ func (sb *sandbox) serveConnect(w http.ResponseWriter, r *http.Request, p *Polic
 		if !ok || sni != "" && !strings.EqualFold(sni, host) && sb.check(sni, port, p) != nil {
 			sb.decision("connect_sni", sni, netip.AddrPort{}, false, "SNI differs from the CONNECT target and is not allowed")
 			refuseTLS(client)
-			up.Close()
+			closeUp()
+			return
+		}
+		if sb.interceptable(sni, p) {
+			_ = client.SetReadDeadline(time.Time{})
+			closeUp()
+			sb.decision("connect", sni, netip.AddrPort{}, true, "", "intercepted", true)
+			sb.intercept(in, hello, sni, port, "connect", netip.AddrPort{})
 			return
 		}
 		head = hello
@@ -420,14 +472,27 @@ func (sb *sandbox) serveConnect(w http.ResponseWriter, r *http.Request, p *Polic
 		head = append(head, in.prefix...)
 		in.prefix = nil
 	}
+	if up == nil {
+		up, err = sb.dial(r.Context(), host, port, p)
+		if err != nil {
+			reason := err.Error()
+			var ref *refusal
+			if errors.As(err, &ref) {
+				reason = ref.reason
+			}
+			sb.decision("connect", host, netip.AddrPort{}, false, reason)
+			client.Close()
+			return
+		}
+	}
 	_ = client.SetReadDeadline(time.Time{})
 	sb.decision("connect", host, netip.AddrPort{}, true, "")
 	sb.pipe(client, up, head)
 }
 
 // decision logs one policy decision.
-func (sb *sandbox) decision(via, host string, orig netip.AddrPort, allowed bool, reason string) {
-	attrs := []any{"sandbox_id", sb.id, "via", via, "host", host, "allowed", allowed}
+func (sb *sandbox) decision(via, host string, orig netip.AddrPort, allowed bool, reason string, extra ...any) {
+	attrs := append([]any{"sandbox_id", sb.id, "via", via, "host", host, "allowed", allowed}, extra...)
 	if orig.Addr().IsValid() {
 		attrs = append(attrs, "dst", orig.String())
 	}

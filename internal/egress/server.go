@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log"
@@ -81,6 +83,17 @@ type Config struct {
 	// means a plain TCP dial. Tests set it to keep traffic inside the
 	// namespaces they built.
 	Dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	// CA signs the certificates the proxy presents when it terminates a
+	// sandbox's TLS to a name a header or placeholder rule applies to.
+	// Nil never terminates TLS: those rules then act on plaintext HTTP
+	// only.
+	CA *CA
+	// UpstreamRoots verify the servers the proxy connects to on behalf of
+	// intercepted connections; nil means the host's system roots.
+	UpstreamRoots *x509.CertPool
+	// Secrets resolves {{secret:NAME}} references and placeholders. Nil
+	// fails every request that needs a secret with 502.
+	Secrets SecretSource
 }
 
 // Server runs the DNS resolver and the proxies of every sandbox attached
@@ -127,6 +140,10 @@ func New(cfg Config) (*Server, error) {
 		sandboxes: map[string]*sandbox{},
 	}, nil
 }
+
+// CA returns the CA the proxy intercepts TLS with, or nil. Sandboxes
+// need its certificate (CA.CertPEM) in their trust stores.
+func (s *Server) CA() *CA { return s.cfg.CA }
 
 // Ports returns the configured ports.
 func (s *Server) Ports() Ports { return s.cfg.Ports }
@@ -239,6 +256,9 @@ type sandbox struct {
 	transparent    net.Listener
 	httpSrv        *http.Server
 	httpQueue      *connQueue // transparent plaintext HTTP, handed to httpSrv
+	tlsSrv         *http.Server
+	tlsQueue       *connQueue // intercepted TLS, handed to tlsSrv
+	tlsConfig      *tls.Config
 	transport      *http.Transport
 	proxy          *httputil.ReverseProxy
 	queries        chan struct{} // DNS upstream semaphore
@@ -313,6 +333,7 @@ func (s *Server) start(ctx context.Context, id string, addr netip.Addr, p Policy
 	sb.transparent = newLimitListener(tln, s.limits.MaxConns)
 	sb.httpQueue = newConnQueue(tln.Addr())
 	sb.startHTTP(newLimitListener(hln, s.limits.MaxConns))
+	sb.startIntercept(tln.Addr())
 	sb.serving.Go(sb.acceptTransparent)
 	s.log.Debug("egress attached", "sandbox_id", id, "addr", addr.String())
 	return sb, nil
@@ -356,12 +377,17 @@ func (sb *sandbox) startHTTP(explicit net.Listener) {
 			if err != nil {
 				return nil, err
 			}
-			p, _ := ctx.Value(policyKey{}).(*Policy)
-			if p == nil {
-				p = sb.policy.Load()
+			p := sb.policy.Load()
+			if rt, ok := ctx.Value(routeKey{}).(*route); ok {
+				p = rt.policy
 			}
 			return sb.dial(ctx, host, port, p)
 		},
+		// Upstream TLS (intercepted connections only) is verified for
+		// the request's host, which is the sandbox's SNI.
+		TLSClientConfig:       &tls.Config{RootCAs: sb.srv.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   dialTimeout,
+		ForceAttemptHTTP2:     true, // DialContext is custom
 		DisableCompression:    true, // pass Accept-Encoding through untouched
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       30 * time.Second,
@@ -399,6 +425,7 @@ func (sb *sandbox) stop() {
 	sb.stopDNS()
 	sb.transparent.Close()
 	sb.httpSrv.Close() // closes the explicit listener, the queue and idle HTTP conns
+	sb.tlsSrv.Close()
 	sb.active.shutdown()
 	sb.serving.Wait()
 	sb.active.wait()

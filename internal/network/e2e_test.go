@@ -38,7 +38,7 @@ type world struct {
 	log *testutil.SyncBuffer
 }
 
-func newWorld(t testing.TB) *world {
+func newWorld(t testing.TB, opts ...func(*egress.Config)) *world {
 	t.Helper()
 	cfg := testConfig(t)
 	w := &world{cfg: cfg, log: &testutil.SyncBuffer{}}
@@ -53,12 +53,17 @@ func newWorld(t testing.TB) *world {
 		"meta.test":        {"169.254.169.254"},
 		"private.test":     {"10.1.2.3"},
 	})
-	srv, err := egress.New(egress.Config{
-		Upstreams: []netip.AddrPort{w.up.Addr},
-		Ports:     egress.DefaultServerPorts(),
-		Logger:    slog.New(slog.NewTextHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Dial:      w.in.Dial,
-	})
+	ecfg := egress.Config{
+		Upstreams:     []netip.AddrPort{w.up.Addr},
+		Ports:         egress.DefaultServerPorts(),
+		Logger:        slog.New(slog.NewTextHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Dial:          w.in.Dial,
+		UpstreamRoots: w.in.Certs.Pool,
+	}
+	for _, o := range opts {
+		o(&ecfg)
+	}
+	srv, err := egress.New(ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +396,7 @@ func TestEgressEndToEnd(t *testing.T) {
 		if status, body := s.get(s.proxyClient(), "http://api.example.test/", ""); status != 200 || !strings.Contains(body, "auth=Bearer secret") {
 			t.Errorf("explicit proxy: %d %q", status, body)
 		}
-		// HTTPS is not intercepted: nothing is injected.
+		// Without a CA, HTTPS is not intercepted: nothing is injected.
 		if status, body := s.get(c, "https://api.example.test/", ""); status != 200 || !strings.Contains(body, "auth=\n") {
 			t.Errorf("https: %d %q", status, body)
 		}
@@ -596,5 +601,43 @@ func TestCIDRRuleEndToEnd(t *testing.T) {
 	}
 	if len(w.in.Dials()) != 0 {
 		t.Errorf("the proxy dialed %v for direct traffic", w.in.Dials())
+	}
+}
+
+// With a CA, HTTPS to a rule's domain is intercepted through the real
+// redirect and the CONNECT proxy; other names keep their own certificate.
+func TestEgressInterceptEndToEnd(t *testing.T) {
+	ca, err := egress.LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, func(c *egress.Config) { c.CA = ca })
+	if w.m.CA() != ca {
+		t.Fatal("Manager.CA does not return the egress Server's CA")
+	}
+	s := w.sandbox(t, "tls", egress.Policy{Mode: egress.ModeAllowlist,
+		Domains: []egress.DomainRule{{Name: "allowed.test"}, {Name: "api.example.test"}},
+		Headers: []egress.HeaderRule{{Domain: "api.example.test", Name: "Authorization", Value: "Bearer secret"}},
+	})
+	pool := w.in.Certs.Pool.Clone()
+	pool.AppendCertsFromPEM(ca.CertPEM())
+	for name, c := range map[string]*http.Client{"transparent": s.client(), "connect": s.proxyClient()} {
+		tr := c.Transport.(*http.Transport)
+		tr.TLSClientConfig.RootCAs = pool
+		tr.ForceAttemptHTTP2 = true
+		if status, body := s.get(c, "https://api.example.test/", "", "Authorization", "Bearer mine"); status != 200 || !strings.Contains(body, "auth=Bearer secret\n") || nettest.Field(body, "sni") != "api.example.test" {
+			t.Errorf("%s: intercepted: %d %q", name, status, body)
+		}
+		resp, err := c.Get("https://allowed.test/")
+		if err != nil {
+			t.Fatalf("%s: spliced: %v", name, err)
+		}
+		resp.Body.Close()
+		if got := resp.TLS.PeerCertificates[0].Issuer.CommonName; got != "corral test CA" {
+			t.Errorf("%s: allowed.test answered with a certificate from %q, want the server's own", name, got)
+		}
+	}
+	if !strings.Contains(w.log.String(), "sandbox_id=tls via=sni host=api.example.test allowed=true intercepted=true") {
+		t.Errorf("no interception logged:\n%s", w.log)
 	}
 }

@@ -375,6 +375,17 @@ func (m *Manager) Get(id string) (Sandbox, bool) {
 	return e.sb, !e.gone
 }
 
+// CA returns the CA the egress proxy terminates HTTPS with for header and
+// placeholder rules, or nil when it has none (or Config.Egress is not an
+// *egress.Server). Sandboxes need its certificate (CertPEM) in their trust
+// stores for intercepted names to work.
+func (m *Manager) CA() *egress.CA {
+	if e, ok := m.cfg.Egress.(interface{ CA() *egress.CA }); ok {
+		return e.CA()
+	}
+	return nil
+}
+
 // Close releases the Manager. If no sandbox network is left on the host it
 // also deletes the nftables table; otherwise the table stays, so that
 // sandboxes that outlive the daemon stay confined. It does not tear
