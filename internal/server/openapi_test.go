@@ -231,6 +231,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CodeContextRequest":   {CodeContextRequest{}},
 		"KeyRequest":           {KeyRequest{}},
 		"Key":                  {KeyView{}},
+		"SecretRequest":        {SecretRequest{}},
+		"RotateSecretRequest":  {RotateSecretRequest{}},
+		"Secret":               {SecretView{}},
 		"AuditRecord":          {audit.Record{}},
 	}
 	for name, s := range doc.Components.Schemas {

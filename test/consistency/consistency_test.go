@@ -127,6 +127,7 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"audit record", corral.AuditRecord{}, audit.Record{}},
 		{"key", corral.Key{}, server.KeyView{}},
 		{"key options", corral.KeyOptions{}, server.KeyRequest{}},
+		{"secret", corral.Secret{}, server.SecretView{}},
 		{"file info", corral.FileInfo{}, wire.FileInfo{}},
 		{"template", corral.Template{}, sandbox.Template{}},
 		{"stats", corral.Stats{}, driver.Stats{}},
