@@ -148,6 +148,11 @@ func commands() []command {
 				"(--max-memory, --max-cpus, --max-disk, --creates-per-minute:\n" +
 				"the tenant's quotas)"},
 			{"key ls [--json] | rm NAME... | rotate NAME", "list, revoke or re-issue keys (admin keys only)"}}},
+		{name: "secret", group: groupDaemon, run: (*cli).secret, complete: subcommands("create", "rotate", "ls", "rm"), usage: []usageLine{
+			{"secret create|rotate NAME < FILE", "store or replace a secret of your tenant; the value is read\n" +
+				"from standard input (not echoed on a terminal) and never\n" +
+				"shown again; policies name it as {{secret:NAME}}"},
+			{"secret ls [--json] | rm NAME...", "list (names and times, never values) or delete secrets"}}},
 		{name: "mcp", group: groupDaemon, run: (*cli).mcpServe, complete: noArgs, usage: []usageLine{
 			{"mcp [--template T] [--allow-runtime R]... [--max-sandboxes N] [--network M]", "serve the tools of the Model Context Protocol on stdin/stdout\n" +
 				"for an agent (Claude Desktop, Claude Code, Cursor); docs/MCP.md"}}},
