@@ -185,6 +185,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"UpdateRequest":        {UpdateRequest{}},
 		"NetworkPolicy":        {NetworkPolicy{}},
 		"HeaderRule":           {HeaderRule{}},
+		"PlaceholderRule":      {PlaceholderRule{}},
 		"Mount":                {Mount{}},
 		"Change":               {Change{}},
 		"Stats":                {driver.Stats{}},
