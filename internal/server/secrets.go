@@ -95,15 +95,12 @@ func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = decodeSecret(r, &req, `{"name": NAME, "value": VALUE}`)
 	}
-	var i secrets.Info
-	if err == nil {
-		i, err = st.Create(r.Context(), tenancy.Owner(r.Context()), req.Name, req.Value)
-	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, secretView(i))
+	i, err := st.Create(r.Context(), tenancy.Owner(r.Context()), req.Name, req.Value)
+	s.answerSecret(w, r, http.StatusCreated, i, err)
 }
 
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
@@ -112,15 +109,21 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = decodeSecret(r, &req, `{"value": VALUE}`)
 	}
-	var i secrets.Info
-	if err == nil {
-		i, err = st.Rotate(r.Context(), tenancy.Owner(r.Context()), r.PathValue("name"), req.Value)
-	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, secretView(i))
+	i, err := st.Rotate(r.Context(), tenancy.Owner(r.Context()), r.PathValue("name"), req.Value)
+	s.answerSecret(w, r, http.StatusOK, i, err)
+}
+
+// answerSecret answers with the secret i and status, or with err.
+func (s *Server) answerSecret(w http.ResponseWriter, r *http.Request, status int, i secrets.Info, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, status, secretView(i))
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
