@@ -25,24 +25,40 @@ const (
 // or "ADDRESS[/BITS]:PORT[,PORT...]" (IPv4); a rule inside a private,
 // loopback or link-local range, or naming one address, opens it.
 type NetworkPolicy struct {
-	Mode         string       `json:"mode,omitempty"`
-	AllowDomains []string     `json:"allow_domains,omitempty"`
-	AllowCIDRs   []string     `json:"allow_cidrs,omitempty"`
-	Headers      []HeaderRule `json:"headers,omitempty"`
+	Mode         string            `json:"mode,omitempty"`
+	AllowDomains []string          `json:"allow_domains,omitempty"`
+	AllowCIDRs   []string          `json:"allow_cidrs,omitempty"`
+	Headers      []HeaderRule      `json:"headers,omitempty"`
+	Placeholders []PlaceholderRule `json:"placeholders,omitempty"`
 }
 
-// HeaderRule is a header the daemon's proxy sets on plaintext HTTP
-// requests to Domain, so the secret in Value never enters the sandbox.
-// The daemon never returns Value: policies read back have it empty.
+// HeaderRule is a header the daemon's proxy sets on requests to Domain,
+// so the secret in Value never enters the sandbox. Value may name secrets
+// of the sandbox's tenant as {{secret:NAME}} (CreateSecret). The daemon
+// never returns Value: policies read back have it empty, and a rule sent
+// back to UpdateNetwork without one keeps the sandbox's value.
 type HeaderRule struct {
 	Domain string `json:"domain"`
 	Name   string `json:"name"`
 	Value  string `json:"value,omitempty"`
 }
 
+// PlaceholderRule gives the sandbox's processes an environment variable
+// Env holding a stand-in, made by the daemon, for the tenant's secret
+// Secret; the daemon's proxy swaps the stand-in for the secret in
+// requests to Domain (headers, and bodies with Body). Daemons without
+// this ability refuse such a policy with CodeNotImplemented.
+type PlaceholderRule struct {
+	Domain string `json:"domain"`
+	Env    string `json:"env"`
+	Secret string `json:"secret"`
+	Body   bool   `json:"body,omitempty"`
+}
+
 // UpdateNetwork replaces a running sandbox's network policy. It takes
-// effect at once for new connections and DNS queries. Header values must
-// be given again. Switching to or from NetworkNone fails with
+// effect at once for new connections and DNS queries. A header rule
+// without a value keeps the sandbox's value for the same domain and
+// header. Switching to or from NetworkNone fails with
 // CodeFailedPrecondition: it needs a new sandbox.
 func (c *Client) UpdateNetwork(ctx context.Context, id string, p NetworkPolicy) (*Sandbox, error) {
 	var sb Sandbox

@@ -170,8 +170,12 @@ func (f *createFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *createFlags) options() (corral.CreateOptions, error) {
-	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids, Network: f.net.policy(),
+	opts := corral.CreateOptions{Template: f.template, Runtime: f.runtime, CPUs: f.cpus, Pids: f.pids,
 		Pool: f.pool, FromSnapshot: f.fromSnapshot, Mounts: f.volumes.mounts}
+	var err error
+	if opts.Network, err = f.net.policy(); err != nil {
+		return opts, err
+	}
 	if opts.Template == "" && opts.Pool == "" && opts.FromSnapshot == "" {
 		opts.Template = "default" // a pool or a snapshot names its template
 	}

@@ -71,7 +71,11 @@ func commands() []command {
 			{"update ID [--cpus N] [--memory M] [--pids N]", "change a running sandbox's limits"},
 			{"update ID [--idle-timeout D] [--on-idle A] [--on-deadline A]", "change its idle timeout and timer actions (destroy|pause|stop)"}}},
 		{name: "network", group: groupSandboxes, run: (*cli).network, complete: firstSandbox, usage: []usageLine{
-			{"network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...", "show a sandbox's network policy, or replace it live"}}},
+			{"network ID [--mode M] [--allow-domain D]... [--allow-cidr C]...", "show a sandbox's network policy, or replace it live"},
+			{"run|create|network ... --inject-header DOMAIN:HEADER=TEMPLATE", "the proxy sets HEADER on requests to DOMAIN; TEMPLATE names\n" +
+				"secrets as {{secret:NAME}} (corral secret), which never\n" +
+				"enter the sandbox (network keeps the header rules it does\n" +
+				"not name)"}}},
 		{name: "port", group: groupSandboxes, run: (*cli).port, complete: firstSandbox, usage: []usageLine{
 			{"port ID PORT", "print the URL at which the daemon forwards HTTP and\nWebSockets to PORT of a sandbox (API key required on TCP)"}}},
 		{name: "stop", group: groupSandboxes, run: (*cli).stop, complete: sandboxes, usage: []usageLine{
@@ -148,6 +152,11 @@ func commands() []command {
 				"(--max-memory, --max-cpus, --max-disk, --creates-per-minute:\n" +
 				"the tenant's quotas)"},
 			{"key ls [--json] | rm NAME... | rotate NAME", "list, revoke or re-issue keys (admin keys only)"}}},
+		{name: "secret", group: groupDaemon, run: (*cli).secret, complete: subcommands("create", "rotate", "ls", "rm"), usage: []usageLine{
+			{"secret create|rotate NAME < FILE", "store or replace a secret of your tenant; the value is read\n" +
+				"from standard input (not echoed on a terminal) and never\n" +
+				"shown again; policies name it as {{secret:NAME}}"},
+			{"secret ls [--json] | rm NAME...", "list (names and times, never values) or delete secrets"}}},
 		{name: "mcp", group: groupDaemon, run: (*cli).mcpServe, complete: noArgs, usage: []usageLine{
 			{"mcp [--template T] [--allow-runtime R]... [--max-sandboxes N] [--network M]", "serve the tools of the Model Context Protocol on stdin/stdout\n" +
 				"for an agent (Claude Desktop, Claude Code, Cursor); docs/MCP.md"}}},

@@ -29,6 +29,7 @@ import (
 	"github.com/corralrun/corral/internal/network"
 	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/secrets"
 	"github.com/corralrun/corral/internal/server"
 	"github.com/corralrun/corral/internal/storage"
 	"github.com/corralrun/corral/internal/storage/btrfs"
@@ -62,6 +63,7 @@ type Daemon struct {
 	mcp      *mcp.Server
 	webhooks []*webhook.Sender
 	keys     *tenancy.Keys // API keys, loaded by serveAPI
+	secrets  *secrets.Store
 	audit    *audit.Log
 	errc     chan error
 }
@@ -147,10 +149,14 @@ func (d *Daemon) openRunDir(context.Context) error {
 }
 
 // openStore opens the SQLite records of sandboxes, templates and pools,
-// and the audit log beside them.
+// the tenants' secrets in them under the state dir's key file, and the
+// audit log beside them.
 func (d *Daemon) openStore(ctx context.Context) error {
 	var err error
 	if d.store, err = records.Open(ctx, filepath.Join(d.cfg.StateDir, "corral.db")); err != nil {
+		return err
+	}
+	if d.secrets, err = secrets.Open(d.store, filepath.Join(d.cfg.StateDir, "secrets.key")); err != nil {
 		return err
 	}
 	d.audit, err = audit.Open(filepath.Join(d.cfg.StateDir, "audit"), audit.Options{})
@@ -294,7 +300,7 @@ func (d *Daemon) serveAPI(context.Context) error {
 	}
 	d.keys = keys
 	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
-		Metrics: d.metrics, Keys: keys, Audit: d.audit, Logger: d.log})
+		Metrics: d.metrics, Keys: keys, Secrets: d.secrets, Audit: d.audit, Logger: d.log})
 	if err := d.serveUnix(srv.Handler()); err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 package e2b
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -100,11 +102,47 @@ type newSandbox struct {
 
 // networkConfig is E2B's SandboxNetworkConfig.
 type networkConfig struct {
-	AllowOut        []string                   `json:"allowOut"`
-	DenyOut         []string                   `json:"denyOut"`
-	Rules           map[string]json.RawMessage `json:"rules"`
-	EgressProxy     json.RawMessage            `json:"egressProxy"`
-	MaskRequestHost string                     `json:"maskRequestHost"`
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+	// Rules are E2B's per-host rules: host -> [{"transform": {"headers":
+	// {NAME: VALUE}}}]. Each rule is decoded by headerRules, strictly.
+	Rules           map[string][]json.RawMessage `json:"rules"`
+	EgressProxy     json.RawMessage              `json:"egressProxy"`
+	MaskRequestHost string                       `json:"maskRequestHost"`
+}
+
+// networkRule is one of E2B's SandboxNetworkRule: headers its egress
+// proxy sets on requests to the rule's host.
+type networkRule struct {
+	Transform *struct {
+		Headers map[string]string `json:"headers"`
+	} `json:"transform"`
+}
+
+// headerRules maps E2B's per-host rules onto Corral's header rules, in a
+// stable order (by host, then header). A value may name the tenant's
+// secrets as {{secret:NAME}}, as on Corral's own API. A rule with
+// anything but transform.headers is refused rather than half applied.
+func (n *networkConfig) headerRules() ([]egress.HeaderRule, error) {
+	if n == nil {
+		return nil, nil
+	}
+	var out []egress.HeaderRule
+	for _, host := range slices.Sorted(maps.Keys(n.Rules)) {
+		for _, raw := range n.Rules[host] {
+			var r networkRule
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&r); err != nil || r.Transform == nil {
+				return nil, errdefs.Errorf(errdefs.ErrInvalidArgument,
+					"network.rules[%q]: only rules of the form {\"transform\": {\"headers\": {NAME: VALUE}}} are supported by Corral", host)
+			}
+			for _, name := range slices.Sorted(maps.Keys(r.Transform.Headers)) {
+				out = append(out, egress.HeaderRule{Domain: host, Name: name, Value: r.Transform.Headers[name]})
+			}
+		}
+	}
+	return out, nil
 }
 
 // check refuses the options Corral cannot honor, naming the limit, rather
@@ -121,8 +159,6 @@ func (n newSandbox) check() error {
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "templateID is required: name a Corral template")
 	case n.AutoResume != nil && n.AutoResume.Enabled:
 		return notSupported("autoResume", "a paused sandbox is resumed by connecting to it (Sandbox.connect), not by traffic")
-	case n.Network != nil && len(n.Network.Rules) > 0:
-		return notSupported("network.rules", "per-destination request rewriting is configured on Corral's own API (network headers)")
 	case n.Network != nil && len(n.Network.EgressProxy) > 0 && string(n.Network.EgressProxy) != "null":
 		return notSupported("network.egressProxy", "egress goes through Corral's own filtering proxy")
 	case n.Network != nil && n.Network.MaskRequestHost != "":
@@ -141,8 +177,26 @@ func (n newSandbox) check() error {
 // what the sandbox may reach (IPv4 addresses, CIDRs, domains with an
 // optional "*." prefix) and becomes an allowlist; denyOut may only deny
 // everything (0.0.0.0/0), which the allowlist does already: Corral cannot
-// subtract single ranges from open internet access.
+// subtract single ranges from open internet access. rules become header
+// rules and, as in E2B ("registering a host here does not allow egress on
+// its own"), allow nothing: without other options the mode is the
+// server's default (or, in an update, the sandbox's).
 func (n newSandbox) policy() (p egress.Policy, ok bool, err error) {
+	headers, err := n.Network.headerRules()
+	if err != nil {
+		return p, false, err
+	}
+	p, ok, err = n.accessPolicy()
+	if err != nil || len(headers) == 0 {
+		return p, ok, err
+	}
+	p.Headers = headers
+	return p, true, nil
+}
+
+// accessPolicy is the part of policy that says what the sandbox may
+// reach.
+func (n newSandbox) accessPolicy() (p egress.Policy, ok bool, err error) {
 	var allow, deny []string
 	if n.Network != nil {
 		allow, deny = n.Network.AllowOut, n.Network.DenyOut
@@ -507,7 +561,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok, err := n.policy()
 	if err == nil && !ok {
-		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "a network update names allow_internet_access, allowOut or denyOut")
+		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "a network update names allow_internet_access, allowOut, denyOut or rules")
 	}
 	if err != nil {
 		s.writeAPIError(w, r, err)

@@ -757,6 +757,27 @@ func TestNetworkOptions(t *testing.T) {
 				Domains: []egress.DomainRule{{Name: "*.example.test"}}}, ok: true},
 		{name: "deny one range", req: newSandbox{Network: &networkConfig{DenyOut: []string{"10.0.0.0/8"}}}, err: "denyOut"},
 		{name: "allow list with open internet", req: newSandbox{AllowInternetAccess: &yes, Network: &networkConfig{AllowOut: []string{"example.test"}}}, err: "allowOut"},
+		{name: "rules on an allow list", req: newSandbox{Network: &networkConfig{DenyOut: []string{"0.0.0.0/0"}, AllowOut: []string{"api.openai.test"},
+			Rules: map[string][]json.RawMessage{
+				"api.openai.test": {json.RawMessage(`{"transform":{"headers":{"Authorization":"Bearer {{secret:openai}}","X-Org":"acme"}}}`)},
+				"*.b.test":        {json.RawMessage(`{"transform":{"headers":{"X-A":"1"}}}`), json.RawMessage(`{"transform":{"headers":{}}}`)},
+			}}},
+			want: egress.Policy{Mode: egress.ModeAllowlist, Domains: []egress.DomainRule{{Name: "api.openai.test"}},
+				Headers: []egress.HeaderRule{{Domain: "*.b.test", Name: "X-A", Value: "1"},
+					{Domain: "api.openai.test", Name: "Authorization", Value: "Bearer {{secret:openai}}"},
+					{Domain: "api.openai.test", Name: "X-Org", Value: "acme"}}}, ok: true},
+		// As in E2B, a rule's host is not thereby allowed: the mode is
+		// left to the server's default (or the sandbox's, in an update).
+		{name: "rules alone", req: newSandbox{Network: &networkConfig{Rules: map[string][]json.RawMessage{
+			"api.test": {json.RawMessage(`{"transform":{"headers":{"X-Key":"{{secret:k}}"}}}`)}}}},
+			want: egress.Policy{Headers: []egress.HeaderRule{{Domain: "api.test", Name: "X-Key", Value: "{{secret:k}}"}}}, ok: true},
+		{name: "rules with open internet", req: newSandbox{AllowInternetAccess: &yes, Network: &networkConfig{Rules: map[string][]json.RawMessage{
+			"api.test": {json.RawMessage(`{"transform":{"headers":{"X-Key":"v"}}}`)}}}},
+			want: egress.Policy{Mode: egress.ModeOpen, Headers: []egress.HeaderRule{{Domain: "api.test", Name: "X-Key", Value: "v"}}}, ok: true},
+		{name: "rule without transform", req: newSandbox{Network: &networkConfig{Rules: map[string][]json.RawMessage{
+			"api.test": {json.RawMessage(`{}`)}}}}, err: "network.rules"},
+		{name: "rule with another transform", req: newSandbox{Network: &networkConfig{Rules: map[string][]json.RawMessage{
+			"api.test": {json.RawMessage(`{"transform":{"headers":{"X":"v"},"headerValueReplacements":{}}}`)}}}}, err: "network.rules"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, ok, err := tt.req.policy()

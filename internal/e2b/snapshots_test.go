@@ -79,6 +79,8 @@ func TestUpdateNetwork(t *testing.T) {
 		{`{}`, 400},
 		{`{"denyOut":["10.0.0.0/8"]}`, 400},
 		{`{"rules":{"x":{}}}`, 400},
+		{`{"rules":{"x.test":[{"transform":{"cookies":{}}}]}}`, 400},
+		{`{"rules":{"x.test":[{"transform":{"headers":{"X-Key":"{{secret:k}}"}}}]}}`, 409},
 		{`{"allow_internet_access":true}`, 409},
 	} {
 		var out map[string]any

@@ -1,5 +1,5 @@
 // Package records persists Corral's records (sandboxes, templates, pools,
-// snapshots, volumes, API keys) in SQLite
+// snapshots, volumes, API keys, encrypted secrets) in SQLite
 // (modernc.org/sqlite, pure Go) under the state directory. It is the source
 // of truth that a restarted daemon reconciles the host against. It stores
 // records; it does not decide anything about them.
@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/secrets"
 	"github.com/corralrun/corral/internal/tenancy"
 )
 
@@ -28,6 +29,7 @@ var (
 	_ sandbox.SnapshotStore = (*Store)(nil)
 	_ sandbox.VolumeStore   = (*Store)(nil)
 	_ tenancy.Store         = (*Store)(nil)
+	_ secrets.Records       = (*Store)(nil)
 )
 
 const schema = `
@@ -55,6 +57,12 @@ CREATE TABLE IF NOT EXISTS volumes (
 CREATE TABLE IF NOT EXISTS api_keys (
 	name TEXT PRIMARY KEY,
 	data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS secrets (
+	tenant TEXT NOT NULL,
+	name   TEXT NOT NULL,
+	data   TEXT NOT NULL,
+	PRIMARY KEY (tenant, name)
 );
 `
 

@@ -2,13 +2,16 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/secrets"
 )
 
 // NetworkPolicy is a sandbox's network policy as the API reads and shows
@@ -20,29 +23,73 @@ import (
 // 80 and 443. A CIDR is "ADDRESS[/BITS]" or "ADDRESS[/BITS]:PORT[,PORT...]"
 // (IPv4; without ports every port and protocol); a rule inside a private,
 // loopback or link-local range, or naming one address, opens it
-// explicitly. Headers are set by the proxy on plaintext HTTP requests to
-// the domain; their values are never shown back.
+// explicitly. Headers are set by the proxy on requests to the domain;
+// their values, which may name the tenant's secrets as {{secret:NAME}},
+// are never shown back. Placeholders give the sandbox an environment
+// variable holding a stand-in for a secret, which the proxy swaps for the
+// secret on requests to the domain.
 type NetworkPolicy struct {
 	// Mode is "none", "allowlist" or "open". Empty means: at create,
 	// allowlist when there are rules and the server's default otherwise;
 	// in an update, the sandbox's current mode.
-	Mode         string       `json:"mode,omitempty"`
-	AllowDomains []string     `json:"allow_domains,omitempty"`
-	AllowCIDRs   []string     `json:"allow_cidrs,omitempty"`
-	Headers      []HeaderRule `json:"headers,omitempty"`
+	Mode         string            `json:"mode,omitempty"`
+	AllowDomains []string          `json:"allow_domains,omitempty"`
+	AllowCIDRs   []string          `json:"allow_cidrs,omitempty"`
+	Headers      []HeaderRule      `json:"headers,omitempty"`
+	Placeholders []PlaceholderRule `json:"placeholders,omitempty"`
 }
 
-// HeaderRule is one header the proxy injects. Value is required in
-// requests and always omitted in responses.
+// HeaderRule is one header the proxy injects. Value is required at create
+// and always omitted in responses; an update without it keeps the
+// sandbox's value for the same domain and header.
 type HeaderRule struct {
 	Domain string `json:"domain"`
 	Name   string `json:"name"`
 	Value  string `json:"value,omitempty"`
 }
 
-// policy converts p to the egress policy it names. Syntax errors wrap
+// PlaceholderRule puts a stand-in for the tenant's secret Secret in the
+// sandbox's environment variable Env; the proxy replaces the stand-in
+// with the secret in requests to Domain (headers, and with Body the body
+// too). The stand-in is made by the daemon; no response holds the secret.
+type PlaceholderRule struct {
+	Domain string `json:"domain"`
+	Env    string `json:"env"`
+	Secret string `json:"secret"`
+	Body   bool   `json:"body,omitempty"`
+}
+
+// validEnvName is what a placeholder's environment variable looks like:
+// a POSIX shell name.
+var validEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// toEgressPlaceholders checks placeholder rules and converts them for the
+// egress policy. Syntax errors wrap errdefs.ErrInvalidArgument. The proxy
+// can only swap a stand-in inside TLS it terminates, which it does not
+// yet: any rule is refused with errdefs.ErrNotImplemented.
+func toEgressPlaceholders(rules []PlaceholderRule) error {
+	for _, r := range rules {
+		if r.Domain == "" || strings.Contains(r.Domain, ":") {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder %s: domain %q: want a name pattern without ports", r.Env, r.Domain)
+		}
+		if !validEnvName.MatchString(r.Env) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder env %q: want a variable name (letters, digits and '_', not starting with a digit)", r.Env)
+		}
+		if err := secrets.CheckName(r.Secret); err != nil {
+			return fmt.Errorf("placeholder %s: %w", r.Env, err)
+		}
+	}
+	if len(rules) > 0 {
+		return errdefs.Errorf(errdefs.ErrNotImplemented, "placeholders need the egress proxy's TLS interception")
+	}
+	return nil
+}
+
+// policy converts p to the egress policy it names. At create (update
+// false) every header needs a value; in an update the Manager keeps the
+// sandbox's value for a header sent without one. Syntax errors wrap
 // errdefs.ErrInvalidArgument; the Manager checks the rest.
-func (p *NetworkPolicy) policy() (egress.Policy, error) {
+func (p *NetworkPolicy) policy(update bool) (egress.Policy, error) {
 	if p == nil {
 		return egress.Policy{}, nil
 	}
@@ -62,10 +109,13 @@ func (p *NetworkPolicy) policy() (egress.Policy, error) {
 		out.CIDRs = append(out.CIDRs, rule)
 	}
 	for _, h := range p.Headers {
-		if h.Value == "" {
+		if h.Value == "" && !update {
 			return egress.Policy{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "header %q for %q: a value is required (values are never shown back, so a policy read from the API must be given its values again)", h.Name, h.Domain)
 		}
 		out.Headers = append(out.Headers, egress.HeaderRule{Domain: h.Domain, Name: h.Name, Value: h.Value})
+	}
+	if err := toEgressPlaceholders(p.Placeholders); err != nil {
+		return egress.Policy{}, err
 	}
 	return out, nil
 }
@@ -151,7 +201,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	p, err := req.policy()
+	p, err := req.policy(true)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

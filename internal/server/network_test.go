@@ -27,6 +27,45 @@ import (
 	corral "github.com/corralrun/corral/sdk"
 )
 
+// TestNetworkPolicyHeadersAndPlaceholders checks what a create and an
+// update accept of header values and placeholders: an update may leave a
+// value out, a create may not, a header value may name a secret, and
+// placeholders are checked, then refused until the proxy can swap them.
+func TestNetworkPolicyHeadersAndPlaceholders(t *testing.T) {
+	withSecret := NetworkPolicy{Headers: []HeaderRule{{Domain: "api.test", Name: "Authorization", Value: "Bearer {{secret:openai}}"}}}
+	if got, err := withSecret.policy(false); err != nil || got.Headers[0].Value != "Bearer {{secret:openai}}" {
+		t.Errorf("a header naming a secret: %+v %v", got, err)
+	}
+	noValue := NetworkPolicy{Headers: []HeaderRule{{Domain: "api.test", Name: "Authorization"}}}
+	if got, err := noValue.policy(true); err != nil || len(got.Headers) != 1 || got.Headers[0].Value != "" {
+		t.Errorf("an update keeping a header's value: %+v %v", got, err)
+	}
+	if _, err := noValue.policy(false); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a create without a header value: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		rule PlaceholderRule
+		kind error
+	}{
+		{"valid", PlaceholderRule{Domain: "api.openai.com", Env: "OPENAI_API_KEY", Secret: "openai", Body: true}, errdefs.ErrNotImplemented},
+		{"no domain", PlaceholderRule{Env: "K", Secret: "s"}, errdefs.ErrInvalidArgument},
+		{"domain with a port", PlaceholderRule{Domain: "a.test:443", Env: "K", Secret: "s"}, errdefs.ErrInvalidArgument},
+		{"bad env", PlaceholderRule{Domain: "a.test", Env: "1KEY", Secret: "s"}, errdefs.ErrInvalidArgument},
+		{"env with =", PlaceholderRule{Domain: "a.test", Env: "K=V", Secret: "s"}, errdefs.ErrInvalidArgument},
+		{"bad secret", PlaceholderRule{Domain: "a.test", Env: "K", Secret: "Not A Name"}, errdefs.ErrInvalidArgument},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, update := range []bool{false, true} {
+				p := NetworkPolicy{Placeholders: []PlaceholderRule{tt.rule}}
+				if _, err := p.policy(update); !errors.Is(err, tt.kind) {
+					t.Errorf("update %v: %v, want %v", update, err, tt.kind)
+				}
+			}
+		})
+	}
+}
+
 func TestNetworkPolicySyntax(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -53,7 +92,7 @@ func TestNetworkPolicySyntax(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.in.policy()
+			got, err := tt.in.policy(false)
 			if tt.wantErr != "" {
 				if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want invalid argument with %q", err, tt.wantErr)

@@ -185,6 +185,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"UpdateRequest":        {UpdateRequest{}},
 		"NetworkPolicy":        {NetworkPolicy{}},
 		"HeaderRule":           {HeaderRule{}},
+		"PlaceholderRule":      {PlaceholderRule{}},
 		"Mount":                {Mount{}},
 		"Change":               {Change{}},
 		"Stats":                {driver.Stats{}},
@@ -231,6 +232,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CodeContextRequest":   {CodeContextRequest{}},
 		"KeyRequest":           {KeyRequest{}},
 		"Key":                  {KeyView{}},
+		"SecretRequest":        {SecretRequest{}},
+		"RotateSecretRequest":  {RotateSecretRequest{}},
+		"Secret":               {SecretView{}},
 		"AuditRecord":          {audit.Record{}},
 	}
 	for name, s := range doc.Components.Schemas {

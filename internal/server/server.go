@@ -16,6 +16,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/secrets"
 	"github.com/corralrun/corral/internal/templates"
 	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
@@ -41,6 +42,9 @@ type Config struct {
 	// Keys, when set, are the API keys TCP listeners accept (AuthHandler);
 	// without it they accept the one key AuthHandler is given.
 	Keys *tenancy.Keys
+	// Secrets, when set, serves /v1/secrets: each tenant's secrets for
+	// its sandboxes' egress, managed by the tenant's own keys.
+	Secrets *secrets.Store
 	// Audit, when set, records every call that changes something, before
 	// it runs, with its outcome, and code run in sandboxes; GET /v1/audit
 	// reads it.
@@ -145,7 +149,7 @@ func (s *Server) routes() []route {
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
 	}, slices.Concat(s.portRoutes(), s.snapshotRoutes(), s.stopStartRoutes(), s.volumeRoutes(),
-		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes(), s.keyRoutes(), []route{{"GET /v1/audit", s.auditLog}})...)
+		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes(), s.keyRoutes(), s.secretRoutes(), []route{{"GET /v1/audit", s.auditLog}})...)
 }
 
 // Handler returns the API handler without authentication (for the

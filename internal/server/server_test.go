@@ -19,6 +19,7 @@ import (
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/records"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/secrets"
 	storagefake "github.com/corralrun/corral/internal/storage/fake"
 	"github.com/corralrun/corral/internal/tenancy"
 	corral "github.com/corralrun/corral/sdk"
@@ -61,9 +62,13 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 			t.Fatal(err)
 		}
 	}
+	sec, err := secrets.Open(st, filepath.Join(t.TempDir(), "secrets.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A Manager that audits commands has a server that audits calls.
 	auditLog, _ := cfg.Audit.(*audit.Log)
-	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys, Audit: auditLog})
+	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys, Secrets: sec, Audit: auditLog})
 	h := s.Handler()
 	if apiKey != "" {
 		if h, err = s.AuthHandler(apiKey); err != nil {

@@ -128,7 +128,7 @@ func (r CreateRequest) spec() (sandbox.Spec, error) {
 		return sandbox.Spec{}, f.err
 	}
 	var err error
-	if s.Network, err = r.Network.policy(); err != nil {
+	if s.Network, err = r.Network.policy(false); err != nil {
 		return sandbox.Spec{}, err
 	}
 	return s, nil
