@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,19 +44,22 @@ import (
 
 // Daemon is a running Corral daemon.
 type Daemon struct {
-	cfg      Config
-	log      *slog.Logger
-	lock     *os.File
-	runLock  *os.File // the run dir's, when it is not the state dir
-	store    *records.Store
-	storage  storage.Backend
-	reaper   *subreaper.Reaper
-	drivers  []driver.Driver
-	idSlots  *runc.IDSlots // the runc driver's, lent to gVisor
-	egress   *egress.Server
-	network  *network.Manager
-	mounter  *mounts.Mounter
-	manager  *sandbox.Manager
+	cfg     Config
+	log     *slog.Logger
+	lock    *os.File
+	runLock *os.File // the run dir's, when it is not the state dir
+	store   *records.Store
+	storage storage.Backend
+	reaper  *subreaper.Reaper
+	drivers []driver.Driver
+	idSlots *runc.IDSlots // the runc driver's, lent to gVisor
+	egress  *egress.Server
+	network *network.Manager
+	mounter *mounts.Mounter
+	manager *sandbox.Manager
+	// owners is the Manager from its creation on, for the egress proxy's
+	// secret lookups, which may run while it reconciles.
+	owners   atomic.Pointer[sandbox.Manager]
 	metrics  *metrics.Registry
 	images   *templates.Service
 	servers  []*http.Server
@@ -262,6 +266,8 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		ExecOutput:     cfg.ExecOutput,
 		MaxExecOutput:  cfg.MaxExecOutput,
 		Network:        d.network,
+		EgressCA:       d.egressCA(),
+		Secrets:        d.secrets,
 		Mounter:        d.mounter,
 		NetworkDir:     filepath.Join(cfg.RunDir, "netfiles"),
 		DefaultNetwork: egress.Mode(cfg.DefaultNetwork),
@@ -276,6 +282,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.owners.Store(m)
 	// Webhooks start before reconciling, so that they send the events of
 	// deadlines that passed while no daemon ran.
 	if err := d.startWebhooks(m.Events()); err != nil {

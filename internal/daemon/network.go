@@ -11,7 +11,10 @@ import (
 	"strings"
 
 	"github.com/corralrun/corral/internal/egress"
+	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/network"
+	"github.com/corralrun/corral/internal/secrets"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // Network defaults (Config.NetworkSubnet, NetworkPrefix, NetworkTable).
@@ -63,7 +66,8 @@ func (d *Daemon) openNetwork(context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := egress.New(egress.Config{Upstreams: ups, Ports: egress.DefaultServerPorts(), Logger: d.log.With("component", "egress"), CA: ca})
+	srv, err := egress.New(egress.Config{Upstreams: ups, Ports: egress.DefaultServerPorts(), Logger: d.log.With("component", "egress"), CA: ca,
+		Secrets: secrets.Source{Store: d.secrets, Owner: d.sandboxTenant}})
 	if err != nil {
 		return fmt.Errorf("starting egress server: %w", err)
 	}
@@ -83,6 +87,29 @@ func (d *Daemon) openNetwork(context.Context) error {
 	d.log.Info("sandbox networks", "subnet", d.cfg.NetworkSubnet.String(), "default_mode", d.cfg.DefaultNetwork,
 		"dns_upstreams", fmt.Sprint(ups), "iface_prefix", d.cfg.NetworkPrefix, "nft_table", d.cfg.NetworkTable,
 		"spares", d.cfg.NetworkSpares)
+	return nil
+}
+
+// sandboxTenant returns the tenant that owns sandbox id, for the egress
+// proxy's secret lookups.
+func (d *Daemon) sandboxTenant(ctx context.Context, id string) (string, error) {
+	m := d.owners.Load()
+	if m == nil {
+		return "", errdefs.Errorf(errdefs.ErrUnavailable, "the daemon is starting")
+	}
+	sb, err := m.Get(tenancy.AsDaemon(ctx), id)
+	return sb.Tenant, err
+}
+
+// egressCA is the PEM certificate of the egress proxy's CA, which
+// sandboxes trust; nil without networks.
+func (d *Daemon) egressCA() []byte {
+	if d.network == nil {
+		return nil
+	}
+	if ca := d.network.CA(); ca != nil {
+		return ca.CertPEM()
+	}
 	return nil
 }
 

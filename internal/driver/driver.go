@@ -106,10 +106,24 @@ type Network struct {
 	// /etc/resolv.conf and /etc/hosts in the sandbox.
 	ResolvConf string
 	Hosts      string
+	// CABundle and CACert, when set, are host files bind-mounted read-only
+	// at CABundleDest and CACertDest: the trust store the sandbox's TLS
+	// clients use, with the certificate of the egress proxy's CA that
+	// signs the certificates of the connections it intercepts.
+	CABundle string
+	CACert   string
 	// Env is added to the environment of the sandbox's processes (proxy
 	// variables for tools that honour HTTP_PROXY).
 	Env []string
 }
+
+// Where Network.CABundle and Network.CACert appear in the sandbox: the
+// bundle over Debian's (and OpenSSL's, curl's and Python's usual) trust
+// store file, the CA beside it for clients that take one extra file.
+const (
+	CABundleDest = "/etc/ssl/certs/ca-certificates.crt"
+	CACertDest   = "/etc/ssl/certs/corral-egress-ca.pem"
+)
 
 // Resources are the hard limits of one instance.
 type Resources struct {

@@ -44,6 +44,9 @@ func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc
 		return Sandbox{}, err
 	}
 	defer release()
+	if err := m.checkSecrets(ctx, tenancy.Owner(ctx), spec.Network); err != nil {
+		return Sandbox{}, err
+	}
 	if spec.FromSnapshot != "" {
 		if len(spec.Mounts) > 0 {
 			return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "mounts: a sandbox from a snapshot takes none")
@@ -120,7 +123,7 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 	if hasRules(spec.Network) {
 		mode = egress.ModeAllowlist // rules ask for a restriction, whatever the default
 	}
-	policy, err := m.resolvePolicy(spec.Network, mode)
+	policy, err := m.resolvePolicy(spec.Network, mode, egress.Policy{})
 	if err != nil {
 		return Sandbox{}, nil, err
 	}

@@ -74,6 +74,16 @@ type Config struct {
 	// NetworkDir holds each sandbox's resolv.conf and hosts files, at
 	// <NetworkDir>/<id>/; required with Network.
 	NetworkDir string
+	// EgressCA is the PEM certificate of the CA with which the egress
+	// proxy intercepts TLS for header and placeholder rules. With it,
+	// every sandbox with a network trusts it: a bundle of its template's
+	// trust store plus the CA, and the CA alone, are mounted read-only at
+	// driver.CABundleDest and driver.CACertDest.
+	EgressCA []byte
+	// Secrets, when set, answers whether a tenant has the secrets that
+	// egress rules name, so that a rule naming an unknown secret is
+	// refused at create and update rather than failing each request.
+	Secrets SecretLookup
 	// DefaultNetwork is the network mode of a sandbox whose spec names
 	// neither a mode nor rules (default none).
 	DefaultNetwork egress.Mode

@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -40,13 +43,142 @@ const (
 // teardownTimeout bounds one background network teardown.
 const teardownTimeout = time.Minute
 
-// hasRules reports whether p names any domain, CIDR or header rule.
-func hasRules(p egress.Policy) bool { return len(p.Domains)+len(p.CIDRs)+len(p.Headers) > 0 }
+// Files of the sandbox's trust store in its directory under
+// Config.NetworkDir (see Config.EgressCA).
+const (
+	caBundleFile = "ca-bundle.crt"
+	caCertFile   = "egress-ca.pem"
+)
+
+// SecretLookup tells whether a tenant's secret exists (*secrets.Store).
+// Value's error wraps errdefs.ErrNotFound for a secret that does not.
+type SecretLookup interface {
+	Value(ctx context.Context, tenant, name string) (string, error)
+}
+
+// hasRules reports whether p names any domain, CIDR, header or
+// placeholder rule.
+func hasRules(p egress.Policy) bool {
+	return len(p.Domains)+len(p.CIDRs)+len(p.Headers)+len(p.Placeholders) > 0
+}
+
+// checkSecrets refuses a policy that names a secret tenant does not have.
+func (m *Manager) checkSecrets(ctx context.Context, tenant string, p egress.Policy) error {
+	refs := p.SecretRefs()
+	if len(refs) == 0 {
+		return nil
+	}
+	if m.cfg.Secrets == nil {
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "egress rules name secrets, and this daemon has no secret store")
+	}
+	for _, name := range refs {
+		if _, err := m.cfg.Secrets.Value(ctx, tenant, name); errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "egress rules name secret %q, which does not exist (corral secret create %s)", name, name)
+		} else if err != nil {
+			return fmt.Errorf("looking up secret %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// assignPlaceholders gives each placeholder rule of p without one a new
+// stand-in value, the same for every rule of one environment variable.
+// Values old already has for a variable are kept, so that an update leaves
+// the stand-ins processes hold valid.
+func assignPlaceholders(p *egress.Policy, old egress.Policy) error {
+	byEnv := map[string]string{}
+	for _, r := range old.Placeholders {
+		byEnv[r.Env] = r.Placeholder
+	}
+	for _, r := range p.Placeholders {
+		if r.Placeholder != "" {
+			byEnv[r.Env] = r.Placeholder
+		}
+	}
+	p.Placeholders = slices.Clone(p.Placeholders)
+	for i, r := range p.Placeholders {
+		if r.Placeholder != "" {
+			continue
+		}
+		v, ok := byEnv[r.Env]
+		if !ok {
+			var b [16]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return err
+			}
+			v = egress.PlaceholderPrefix + hex.EncodeToString(b[:])
+			byEnv[r.Env] = v
+		}
+		p.Placeholders[i].Placeholder = v
+	}
+	return nil
+}
+
+// placeholderEnv is the environment a sandbox with policy p holds its
+// placeholders in.
+func placeholderEnv(p egress.Policy) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range p.Placeholders {
+		if !seen[r.Env] {
+			seen[r.Env] = true
+			out = append(out, r.Env+"="+r.Placeholder)
+		}
+	}
+	return out
+}
+
+// trustEnv points the TLS clients that ignore the system trust store, or
+// read only their own, at the sandbox's (see Config.EgressCA).
+var trustEnv = []string{
+	"SSL_CERT_FILE=" + driver.CABundleDest,
+	"REQUESTS_CA_BUNDLE=" + driver.CABundleDest,
+	"CURL_CA_BUNDLE=" + driver.CABundleDest,
+	"NODE_EXTRA_CA_CERTS=" + driver.CACertDest,
+}
+
+// networkEnv is the environment sandbox id's processes get from its
+// network: the proxy variables, and trustEnv where its trust store is
+// mounted.
+func (m *Manager) networkEnv(id string, ns network.Sandbox) []string {
+	env := ns.ProxyEnv()
+	if _, err := os.Stat(filepath.Join(m.cfg.NetworkDir, id, caCertFile)); err == nil {
+		env = append(env, trustEnv...)
+	}
+	return env
+}
+
+// writeTrustStore writes into dir the trust store of a sandbox of
+// template: the template's bundle at driver.CABundleDest (read inside
+// the template's tree, never following a link out of it; none when the
+// template has none) followed by Config.EgressCA, and the CA alone.
+func (m *Manager) writeTrustStore(dir, template string) error {
+	var bundle []byte
+	if root, err := os.OpenRoot(m.cfg.Storage.TemplatePath(template)); err == nil {
+		bundle, err = root.ReadFile(strings.TrimPrefix(driver.CABundleDest, "/"))
+		root.Close()
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("reading the trust store of template %s: %w", template, err)
+		}
+	}
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	bundle = append(bundle, m.cfg.EgressCA...)
+	if err := os.WriteFile(filepath.Join(dir, caBundleFile), bundle, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, caCertFile), m.cfg.EgressCA, 0o644)
+}
 
 // resolvePolicy fills an empty mode with mode (allowlist instead of none
-// when p has rules, which none cannot take) and normalizes p. Modes other
-// than none need Config.Network.
-func (m *Manager) resolvePolicy(p egress.Policy, mode egress.Mode) (egress.Policy, error) {
+// when p has rules, which none cannot take), gives placeholder rules their
+// stand-ins (keeping those of old, the policy p replaces) and normalizes
+// p. Modes other than none need Config.Network.
+func (m *Manager) resolvePolicy(p egress.Policy, mode egress.Mode, old egress.Policy) (egress.Policy, error) {
+	if err := assignPlaceholders(&p, old); err != nil {
+		return egress.Policy{}, err
+	}
 	if p.Mode == "" {
 		p.Mode = mode
 		if hasRules(p) && mode == egress.ModeNone {
@@ -74,6 +206,7 @@ func clonePolicy(p egress.Policy) egress.Policy {
 		p.CIDRs[i].Ports = slices.Clone(p.CIDRs[i].Ports)
 	}
 	p.Headers = slices.Clone(p.Headers)
+	p.Placeholders = slices.Clone(p.Placeholders)
 	return p
 }
 
@@ -85,7 +218,8 @@ func (m *Manager) managedNetwork(sb Sandbox) bool {
 }
 
 // setupNetwork prepares sandbox sb's network namespace under its policy
-// and writes its resolv.conf and hosts files. It returns what the driver
+// and writes its resolv.conf and hosts files, and its trust store when it
+// may reach the egress proxy (Config.EgressCA). It returns what the driver
 // needs (nil without Config.Network). On failure nothing is left.
 func (m *Manager) setupNetwork(ctx context.Context, sb Sandbox) (*driver.Network, error) {
 	if !m.managedNetwork(sb) {
@@ -104,16 +238,24 @@ func (m *Manager) setupNetwork(ctx context.Context, sb Sandbox) (*driver.Network
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, hostsFile), []byte(hosts), 0o644)
 	}
+	trust := m.cfg.EgressCA != nil && sb.Network.Mode != egress.ModeNone
+	if err == nil && trust {
+		err = m.writeTrustStore(dir, sb.Template)
+	}
 	if err != nil {
-		err = fmt.Errorf("writing name service files of sandbox %s: %w", sb.ID, err)
+		err = fmt.Errorf("writing name service and trust store files of sandbox %s: %w", sb.ID, err)
 		return nil, errors.Join(err, m.releaseNetwork(context.WithoutCancel(ctx), sb.ID))
 	}
-	return &driver.Network{
+	n := &driver.Network{
 		NetNSPath:  ns.NetNSPath,
 		ResolvConf: filepath.Join(dir, resolvConfFile),
 		Hosts:      filepath.Join(dir, hostsFile),
-		Env:        ns.ProxyEnv(),
-	}, nil
+		Env:        append(m.networkEnv(sb.ID, *ns), placeholderEnv(sb.Network)...),
+	}
+	if trust {
+		n.CABundle, n.CACert = filepath.Join(dir, caBundleFile), filepath.Join(dir, caCertFile)
+	}
+	return n, nil
 }
 
 // releaseNetwork tears down sandbox id's network and removes its files.
@@ -182,6 +324,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 	old := clonePolicy(e.sb.Network)
 	state := e.sb.State
 	managed := m.managedNetwork(e.sb)
+	tenant, pooled := e.sb.Tenant, e.sb.Pool != ""
 	m.mu.RUnlock()
 	if state != StateRunning && state != StatePaused {
 		return Sandbox{}, notRunning(id, state)
@@ -189,12 +332,19 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 	if !managed {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s has no managed network (made before network support)", id)
 	}
-	p, err = m.resolvePolicy(p, old.Mode)
+	p, err = m.resolvePolicy(p, old.Mode, old)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	if err := keepHeaderValues(&p, old); err != nil {
 		return Sandbox{}, err
+	}
+	// A pool member being claimed takes the policy its claimer's create
+	// checked already, for the claimer's tenant.
+	if !pooled {
+		if err := m.checkSecrets(ctx, tenant, p); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	if err := m.cfg.Network.Update(ctx, id, p); err != nil {
 		return Sandbox{}, err
@@ -216,20 +366,22 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, p egress.Policy)
 		return Sandbox{}, fmt.Errorf("recording network policy of sandbox %s: %w", id, err)
 	}
 	m.log.Info("network policy updated", "sandbox_id", id, "mode", string(p.Mode),
-		"domains", len(p.Domains), "cidrs", len(p.CIDRs), "headers", len(p.Headers))
+		"domains", len(p.Domains), "cidrs", len(p.CIDRs), "headers", len(p.Headers), "placeholders", len(p.Placeholders))
 	return sb, nil
 }
 
-// withNetworkEnv adds the proxy environment of the sandbox's network
-// (HTTP_PROXY and friends) to req under every other layer, so the
+// withNetworkEnv adds the environment of the sandbox's network (HTTP_PROXY
+// and friends, the trust store's variables and the placeholders of its
+// policy) to req under every other layer, so the
 // template, the sandbox and the request can override it. The caller holds
 // m.mu.
 func withNetworkEnv(e *entry, req *wire.ExecRequest) {
-	if len(e.netEnv) == 0 {
+	holders := placeholderEnv(e.sb.Network)
+	if len(e.netEnv)+len(holders) == 0 {
 		return
 	}
-	env := make(map[string]string, len(e.netEnv)+len(req.Env))
-	for _, kv := range e.netEnv {
+	env := make(map[string]string, len(e.netEnv)+len(holders)+len(req.Env))
+	for _, kv := range slices.Concat(e.netEnv, holders) {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			env[k] = v
 		}
@@ -259,7 +411,7 @@ func (m *Manager) reconcileNetworks(ctx context.Context) error {
 		e := m.sandboxes[id]
 		ns, ok := m.cfg.Network.Get(id)
 		if ok {
-			e.netEnv = ns.ProxyEnv()
+			e.netEnv = m.networkEnv(id, ns)
 			continue
 		}
 		if e.sb.State == StateError {

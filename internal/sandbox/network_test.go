@@ -13,9 +13,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/egress"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/network/fakenet"
+	"github.com/corralrun/corral/internal/secrets"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -309,13 +312,13 @@ func TestUpdateNetwork(t *testing.T) {
 	}
 	// A header rule sent back without its value (the API never returns
 	// one) keeps the value the sandbox has; a new rule needs one.
-	keep := egress.Policy{Domains: []egress.DomainRule{{Name: "c.test"}},
+	keep := egress.Policy{Domains: []egress.DomainRule{{Name: "c.test"}, {Name: "b.test"}},
 		Headers: []egress.HeaderRule{{Domain: "B.test", Name: "authorization"}}}
 	got, err = h.m.UpdateNetwork(ctx, listed.ID, keep)
 	if err != nil || len(got.Network.Headers) != 1 || got.Network.Headers[0].Value != "Bearer s3cret" {
 		t.Errorf("update keeping a header value: %+v, %v", got.Network, err)
 	}
-	if _, err := h.m.UpdateNetwork(ctx, listed.ID, egress.Policy{Headers: []egress.HeaderRule{{Domain: "d.test", Name: "X-Key"}}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := h.m.UpdateNetwork(ctx, listed.ID, egress.Policy{Domains: []egress.DomainRule{{Name: "d.test"}}, Headers: []egress.HeaderRule{{Domain: "d.test", Name: "X-Key"}}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("new header rule without a value: %v, want invalid argument", err)
 	}
 	// An empty mode keeps the current one, and no rules cut the sandbox off.
@@ -381,4 +384,92 @@ func TestNetworkReconcile(t *testing.T) {
 	}
 	assertNetClean(t, h, fn)
 	h.assertClean(t)
+}
+
+// TestNetworkSecretsAndTrustStore checks what a policy naming secrets
+// gets: refusal of a secret the tenant does not have, placeholders in the
+// environment of its processes that survive an update, and a trust store
+// of the template's bundle plus the egress CA, mounted with the variables
+// that point clients at it.
+func TestNetworkSecretsAndTrustStore(t *testing.T) {
+	store, err := secrets.New(secrets.NewMemStore(), make([]byte, secrets.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIfake\n-----END CERTIFICATE-----\n")
+	h, fn := newNetHarness(t, func(c *Config) { c.Secrets, c.EgressCA = store, ca })
+	ctx := tenancy.With(t.Context(), tenancy.Principal{Tenant: "team-a", Key: "a"})
+	if _, err := h.m.CreateTemplate(ctx, "certs", "test", func(dir string) error {
+		if err := os.MkdirAll(dir+"/etc/ssl/certs", 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(dir+driver.CABundleDest, []byte("TEMPLATE ROOTS"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	policy := egress.Policy{Domains: []egress.DomainRule{{Name: "api.test"}},
+		Headers:      []egress.HeaderRule{{Domain: "api.test", Name: "X-Key", Value: "{{secret:key}}"}},
+		Placeholders: []egress.PlaceholderRule{{Domain: "api.test", Env: "API_KEY", Secret: "key"}}}
+	if _, err := h.m.Create(ctx, Spec{Template: "certs", Network: policy}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("create naming an unknown secret: %v, want invalid argument", err)
+	}
+	if _, err := store.Create(ctx, "team-b", "key", "other tenant's"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Create(ctx, Spec{Template: "certs", Network: policy}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("create naming another tenant's secret: %v, want invalid argument", err)
+	}
+	if _, err := store.Create(ctx, "team-a", "key", "v4lue"); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := h.m.Create(ctx, Spec{Template: "certs", Network: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := sb.Network.Placeholders[0].Placeholder
+	if !strings.HasPrefix(holder, egress.PlaceholderPrefix) || fn.Policy(sb.ID).Placeholders[0].Placeholder != holder {
+		t.Fatalf("placeholder %q, network layer's %+v", holder, fn.Policy(sb.ID).Placeholders)
+	}
+	out := execOut(t, h, sb.ID, wire.ExecRequest{Shell: "echo $API_KEY $SSL_CERT_FILE $REQUESTS_CA_BUNDLE $NODE_EXTRA_CA_CERTS"})
+	if want := holder + " " + driver.CABundleDest + " " + driver.CABundleDest + " " + driver.CACertDest + "\n"; out != want {
+		t.Errorf("environment %q, want %q", out, want)
+	}
+	spec, err := h.drv.Spec(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, _ := os.ReadFile(spec.Network.CABundle)
+	cert, _ := os.ReadFile(spec.Network.CACert)
+	if string(bundle) != "TEMPLATE ROOTS\n"+string(ca) || string(cert) != string(ca) {
+		t.Errorf("trust store %q and CA %q", bundle, cert)
+	}
+	// An update that names the variable again keeps its stand-in; a new
+	// variable gets one of its own, and an unknown secret is refused.
+	policy.Placeholders = append(policy.Placeholders, egress.PlaceholderRule{Domain: "api.test", Env: "OTHER", Secret: "key"})
+	got, err := h.m.UpdateNetwork(ctx, sb.ID, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Network.Placeholders[0].Placeholder != holder || got.Network.Placeholders[1].Placeholder == holder {
+		t.Errorf("placeholders after update: %+v", got.Network.Placeholders)
+	}
+	bad := policy
+	bad.Headers = []egress.HeaderRule{{Domain: "api.test", Name: "X-Key", Value: "{{secret:nosuch}}"}}
+	if _, err := h.m.UpdateNetwork(ctx, sb.ID, bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("update naming an unknown secret: %v, want invalid argument", err)
+	}
+	// A sandbox without a network route to the proxy gets no trust store.
+	closed, err := h.m.Create(ctx, Spec{Template: "certs", Network: egress.Policy{Mode: egress.ModeNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec, _ := h.drv.Spec(closed.ID); spec.Network.CABundle != "" {
+		t.Errorf("mode none got trust store %q", spec.Network.CABundle)
+	}
+	for _, id := range []string{sb.ID, closed.ID} {
+		if err := h.m.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertNetClean(t, h, fn)
 }

@@ -73,7 +73,7 @@ func (m *Manager) RunOnTree(ctx context.Context, spec TreeSpec, req wire.ExecReq
 	if err != nil {
 		return err
 	}
-	policy, err := m.resolvePolicy(spec.Network, egress.ModeNone)
+	policy, err := m.resolvePolicy(spec.Network, egress.ModeNone, egress.Policy{})
 	if err != nil {
 		return err
 	}

@@ -64,25 +64,23 @@ type PlaceholderRule struct {
 var validEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // toEgressPlaceholders checks placeholder rules and converts them for the
-// egress policy. Syntax errors wrap errdefs.ErrInvalidArgument. The proxy
-// can only swap a stand-in inside TLS it terminates, which it does not
-// yet: any rule is refused with errdefs.ErrNotImplemented.
-func toEgressPlaceholders(rules []PlaceholderRule) error {
+// egress policy; the Manager makes their stand-ins. Syntax errors wrap
+// errdefs.ErrInvalidArgument.
+func toEgressPlaceholders(rules []PlaceholderRule) ([]egress.PlaceholderRule, error) {
+	var out []egress.PlaceholderRule
 	for _, r := range rules {
 		if r.Domain == "" || strings.Contains(r.Domain, ":") {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder %s: domain %q: want a name pattern without ports", r.Env, r.Domain)
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder %s: domain %q: want a name pattern without ports", r.Env, r.Domain)
 		}
 		if !validEnvName.MatchString(r.Env) {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder env %q: want a variable name (letters, digits and '_', not starting with a digit)", r.Env)
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "placeholder env %q: want a variable name (letters, digits and '_', not starting with a digit)", r.Env)
 		}
 		if err := secrets.CheckName(r.Secret); err != nil {
-			return fmt.Errorf("placeholder %s: %w", r.Env, err)
+			return nil, fmt.Errorf("placeholder %s: %w", r.Env, err)
 		}
+		out = append(out, egress.PlaceholderRule{Domain: r.Domain, Env: r.Env, Secret: r.Secret, Body: r.Body})
 	}
-	if len(rules) > 0 {
-		return errdefs.Errorf(errdefs.ErrNotImplemented, "placeholders need the egress proxy's TLS interception")
-	}
-	return nil
+	return out, nil
 }
 
 // policy converts p to the egress policy it names. At create (update
@@ -114,9 +112,11 @@ func (p *NetworkPolicy) policy(update bool) (egress.Policy, error) {
 		}
 		out.Headers = append(out.Headers, egress.HeaderRule{Domain: h.Domain, Name: h.Name, Value: h.Value})
 	}
-	if err := toEgressPlaceholders(p.Placeholders); err != nil {
+	placeholders, err := toEgressPlaceholders(p.Placeholders)
+	if err != nil {
 		return egress.Policy{}, err
 	}
+	out.Placeholders = placeholders
 	return out, nil
 }
 
@@ -164,7 +164,8 @@ func splitPorts(s string) (string, []uint16, error) {
 	return x, ports, nil
 }
 
-// networkView shows p in the API's form, without header values. Records
+// networkView shows p in the API's form, without header values or
+// placeholders' stand-ins (which only the sandbox needs). Records
 // made before networks have no mode and no view.
 func networkView(p egress.Policy) *NetworkPolicy {
 	if p.Mode == "" {
@@ -179,6 +180,9 @@ func networkView(p egress.Policy) *NetworkPolicy {
 	}
 	for _, h := range p.Headers {
 		v.Headers = append(v.Headers, HeaderRule{Domain: h.Domain, Name: h.Name})
+	}
+	for _, r := range p.Placeholders {
+		v.Placeholders = append(v.Placeholders, PlaceholderRule{Domain: r.Domain, Env: r.Env, Secret: r.Secret, Body: r.Body})
 	}
 	return v
 }

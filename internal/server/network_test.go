@@ -30,7 +30,8 @@ import (
 // TestNetworkPolicyHeadersAndPlaceholders checks what a create and an
 // update accept of header values and placeholders: an update may leave a
 // value out, a create may not, a header value may name a secret, and
-// placeholders are checked, then refused until the proxy can swap them.
+// placeholders are checked and converted (their stand-ins are the
+// Manager's to make).
 func TestNetworkPolicyHeadersAndPlaceholders(t *testing.T) {
 	withSecret := NetworkPolicy{Headers: []HeaderRule{{Domain: "api.test", Name: "Authorization", Value: "Bearer {{secret:openai}}"}}}
 	if got, err := withSecret.policy(false); err != nil || got.Headers[0].Value != "Bearer {{secret:openai}}" {
@@ -48,7 +49,7 @@ func TestNetworkPolicyHeadersAndPlaceholders(t *testing.T) {
 		rule PlaceholderRule
 		kind error
 	}{
-		{"valid", PlaceholderRule{Domain: "api.openai.com", Env: "OPENAI_API_KEY", Secret: "openai", Body: true}, errdefs.ErrNotImplemented},
+		{"valid", PlaceholderRule{Domain: "api.openai.com", Env: "OPENAI_API_KEY", Secret: "openai", Body: true}, nil},
 		{"no domain", PlaceholderRule{Env: "K", Secret: "s"}, errdefs.ErrInvalidArgument},
 		{"domain with a port", PlaceholderRule{Domain: "a.test:443", Env: "K", Secret: "s"}, errdefs.ErrInvalidArgument},
 		{"bad env", PlaceholderRule{Domain: "a.test", Env: "1KEY", Secret: "s"}, errdefs.ErrInvalidArgument},
@@ -58,8 +59,13 @@ func TestNetworkPolicyHeadersAndPlaceholders(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, update := range []bool{false, true} {
 				p := NetworkPolicy{Placeholders: []PlaceholderRule{tt.rule}}
-				if _, err := p.policy(update); !errors.Is(err, tt.kind) {
+				got, err := p.policy(update)
+				if !errors.Is(err, tt.kind) {
 					t.Errorf("update %v: %v, want %v", update, err, tt.kind)
+				}
+				want := []egress.PlaceholderRule{{Domain: tt.rule.Domain, Env: tt.rule.Env, Secret: tt.rule.Secret, Body: tt.rule.Body}}
+				if err == nil && !cmp.Equal(got.Placeholders, want) {
+					t.Errorf("update %v: placeholders %+v, want %+v", update, got.Placeholders, want)
 				}
 			}
 		})

@@ -28,7 +28,8 @@ const DefaultMountDir = "/run/corral-gvisor"
 //	<MountDir>/<id>/run/      the agent's socket directory (RunDest)
 //	<MountDir>/<id>/rootfs    bind mount of the root file system  } with an
 //	<MountDir>/<id>/agent     bind mount of the agent binary      } ID mapping
-//	<MountDir>/<id>/resolv.conf, hosts   bind mounts (Spec.Network) } only
+//	<MountDir>/<id>/resolv.conf, hosts,  bind mounts (Spec.Network) } only
+//	  ca-bundle.crt, egress-ca.pem
 //
 // With an ID mapping (a template whose owners the runc driver shifted),
 // runsc runs the gofer in the sandbox's user namespace as the sandbox's
@@ -42,7 +43,7 @@ const DefaultMountDir = "/run/corral-gvisor"
 // mapping, so a source in a directory only host root can search serves.
 //
 // boxMounts are the entries that may be mount points, in unmount order.
-var boxMounts = []string{"rootfs", "agent", "resolv.conf", "hosts"}
+var boxMounts = []string{"rootfs", "agent", "resolv.conf", "hosts", "ca-bundle.crt", "egress-ca.pem"}
 
 // MountDirFor is the MountDir of a driver with Config.Root root that
 // names none: DefaultMountDir/<hash of root>, so that daemons with their
@@ -99,14 +100,14 @@ func (d *Driver) makeBox(id string, spec driver.Spec, u runc.UserNS) (driver.Spe
 	}
 	if spec.Network != nil {
 		n := *spec.Network
-		if n.ResolvConf != "" {
-			if n.ResolvConf, err = bind(n.ResolvConf, "resolv.conf", false); err != nil {
-				return spec, host, err
-			}
-		}
-		if n.Hosts != "" {
-			if n.Hosts, err = bind(n.Hosts, "hosts", false); err != nil {
-				return spec, host, err
+		for _, f := range []struct {
+			path *string
+			name string
+		}{{&n.ResolvConf, "resolv.conf"}, {&n.Hosts, "hosts"}, {&n.CABundle, "ca-bundle.crt"}, {&n.CACert, "egress-ca.pem"}} {
+			if *f.path != "" {
+				if *f.path, err = bind(*f.path, f.name, false); err != nil {
+					return spec, host, err
+				}
 			}
 		}
 		spec.Network = &n

@@ -265,7 +265,8 @@ func withNetwork(spec *specs.Spec, n *driver.Network, u UserNS) {
 			}
 		}
 	}
-	for _, f := range []struct{ src, dst string }{{n.ResolvConf, "/etc/resolv.conf"}, {n.Hosts, "/etc/hosts"}} {
+	for _, f := range []struct{ src, dst string }{{n.ResolvConf, "/etc/resolv.conf"}, {n.Hosts, "/etc/hosts"},
+		{n.CABundle, driver.CABundleDest}, {n.CACert, driver.CACertDest}} {
 		if f.src != "" {
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: f.dst, Type: "bind", Source: f.src,
 				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
@@ -414,7 +415,8 @@ func resources(r driver.Resources, h Host) *specs.LinuxResources {
 }
 
 // PrepareTemplate creates the agent's mount point (AgentDest, an empty
-// file), and /etc/resolv.conf and /etc/hosts where missing, in a new
+// file), and /etc/resolv.conf, /etc/hosts and the trust store's files
+// (driver.CABundleDest, driver.CACertDest) where missing, in a new
 // template tree. Without them runc creates the files in every
 // sandbox root, which on btrfs is the first write into a fresh snapshot
 // and costs a copy-on-write per create. With Config.UserNamespaces it then
@@ -432,7 +434,7 @@ func (d *Driver) PrepareTemplate(dir string) error {
 }
 
 func makeAgentMountPoint(dir string) error {
-	// The name service files are mount points of prepared networks
-	// (withNetwork).
-	return ocirt.MakeMountPoints(dir, []string{AgentDest, "/etc/resolv.conf", "/etc/hosts"}, nil)
+	// The name service and trust store files are mount points of
+	// prepared networks (withNetwork).
+	return ocirt.MakeMountPoints(dir, []string{AgentDest, "/etc/resolv.conf", "/etc/hosts", driver.CABundleDest, driver.CACertDest}, nil)
 }
