@@ -30,7 +30,7 @@ const DebianSuite = "bookworm"
 // apt on top of debootstrap's minbase.
 var debianPackages = []string{
 	"bash", "coreutils", "python3", "python3-pip", "python3-venv", "nodejs", "npm",
-	"git", "curl", "ca-certificates", "procps", "less",
+	"git", "curl", "ca-certificates", "procps", "less", "python3-requests",
 }
 
 // CodeInterpreterPackages are what the code-interpreter recipe adds to
@@ -63,8 +63,8 @@ type DebianOptions struct {
 
 // BuildDebian fills dir with a Debian bookworm rootfs for coding agents:
 // debootstrap --variant=minbase, then apt-get installs bash, coreutils,
-// python3 with pip and venv, nodejs, npm, git, curl, ca-certificates,
-// procps and less (plus build-essential when asked). It then cleans apt's
+// python3 with pip, venv and requests, nodejs, npm, git, curl,
+// ca-certificates, procps and less (plus build-essential when asked). It then cleans apt's
 // caches and lists, writes /etc/hostname and /etc/hosts, leaves
 // /etc/resolv.conf an empty regular file (the runtime provides DNS), and
 // adds the unprivileged account "user" (uid and gid 1000, home /home/user,

@@ -81,6 +81,14 @@ func TestDefaultTemplate(t *testing.T) {
 	if out, res := d.execOut(t, other.ID, "cat /root/f 2>&1 || true"); strings.Contains(out, "mine") || res.ExitCode != 0 {
 		t.Fatalf("sandbox sees another sandbox's file: %q", out)
 	}
+	for _, rt := range netRuntimes() {
+		t.Run("secrets over HTTPS/"+rt, func(t *testing.T) {
+			if rt == "gvisor" {
+				testutil.RequiresBinary(t, "runsc")
+			}
+			checkSecretsOverHTTPS(t, w, rt)
+		})
+	}
 	checkPythonService(t, d)
 }
 

@@ -45,8 +45,15 @@ func randHex(n int) string {
 // end of t stops it and checks for leaks.
 func startDaemon(t testing.TB, storage string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonWith(t, daemontest.Options{Storage: storage, Args: extra})
+}
+
+// startDaemonWith is startDaemon with the daemon's options in full.
+func startDaemonWith(t testing.TB, opts daemontest.Options) *daemon {
+	t.Helper()
 	requireHost(t)
-	d := &daemon{Daemon: daemontest.New(t, daemontest.Options{Name: "e2e", Storage: storage, Args: extra}), t: t}
+	opts.Name = "e2e"
+	d := &daemon{Daemon: daemontest.New(t, opts), t: t}
 	d.BuildBusybox("bb")
 	return d
 }

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -8,14 +10,17 @@ import (
 
 	"github.com/corralrun/corral/internal/network/nettest"
 	"github.com/corralrun/corral/internal/testutil"
+	"github.com/corralrun/corral/internal/testutil/daemontest"
 	corral "github.com/corralrun/corral/sdk"
 )
 
 // netWorld is a daemon whose sandboxes' "internet" is the test's own: a
 // namespace with HTTP servers a and b (nettest.Internet, 198.18.x.0/24)
-// and a DNS upstream on loopback that knows example.test (server a) and
-// other.test (server b). No test traffic leaves loopback and the
-// namespaces the test made.
+// and a DNS upstream on loopback that knows example.test (server a),
+// other.test (server b) and bad.test (server a, whose certificate does not
+// name it). The daemon trusts the servers' CA (SSL_CERT_FILE) where it
+// verifies them itself, as it trusts the host's CAs. No test traffic
+// leaves loopback and the namespaces the test made.
 type netWorld struct {
 	d       *daemon
 	in      *nettest.Internet
@@ -46,8 +51,14 @@ func newNetWorld(t *testing.T, storage, runtime string) *netWorld {
 	up := nettest.StartUpstream(t, map[string][]string{
 		"example.test": {in.A.String()},
 		"other.test":   {in.B.String()},
+		"bad.test":     {in.A.String()},
 	})
-	d := startDaemon(t, storage, append(extra, "--dns-upstream", up.Addr.String())...)
+	roots := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(roots, in.Certs.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonWith(t, daemontest.Options{Storage: storage,
+		Args: append(extra, "--dns-upstream", up.Addr.String()), Env: []string{"SSL_CERT_FILE=" + roots}})
 	return &netWorld{d: d, in: in, a: in.A.String(), b: in.B.String(), runtime: runtime}
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
@@ -20,6 +21,7 @@ import (
 // Certs are a throwaway CA and one server certificate it signed.
 type Certs struct {
 	Pool   *x509.CertPool // trusts the CA
+	CAPEM  []byte         // the CA's certificate, for trust stores in files
 	Server tls.Certificate
 }
 
@@ -64,7 +66,8 @@ func NewCerts(t testing.TB, names ...string) *Certs {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	return &Certs{Pool: pool, Server: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
+	return &Certs{Pool: pool, CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		Server: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
 }
 
 // EchoHandler answers every request with one line naming the server
