@@ -263,6 +263,32 @@ func (p Policy) ruleDomain(pattern string) (string, error) {
 	return "", errdefs.Errorf(errdefs.ErrInvalidArgument, "rule for %s: domain not allowed by the policy", pattern)
 }
 
+// WithoutStrayRules returns p without the header and placeholder rules
+// whose domains p does not allow, and the domains of those it dropped.
+// Policies recorded before rules had to name allowed domains may hold
+// such rules, which never applied: the proxy refuses those domains.
+func (p Policy) WithoutStrayRules() (Policy, []string) {
+	var dropped []string
+	headers := p.Headers[:0:0]
+	for _, h := range p.Headers {
+		if _, err := p.ruleDomain(h.Domain); err != nil {
+			dropped = append(dropped, h.Domain)
+			continue
+		}
+		headers = append(headers, h)
+	}
+	placeholders := p.Placeholders[:0:0]
+	for _, r := range p.Placeholders {
+		if _, err := p.ruleDomain(r.Domain); err != nil {
+			dropped = append(dropped, r.Domain)
+			continue
+		}
+		placeholders = append(placeholders, r)
+	}
+	p.Headers, p.Placeholders = headers, placeholders
+	return p, dropped
+}
+
 // SecretRefs returns the names of the secrets the policy's header
 // templates and placeholders reference, sorted and without duplicates, so
 // that callers can check they exist before applying the policy. p must be

@@ -400,6 +400,11 @@ func (m *Manager) reconcileNetworks(ctx context.Context) error {
 	}
 	keep := map[string]egress.Policy{}
 	for id, e := range m.sandboxes {
+		if p, dropped := e.sb.Network.WithoutStrayRules(); len(dropped) > 0 {
+			m.log.Warn("dropping header and placeholder rules for domains the sandbox's policy does not allow; they never applied",
+				"sandbox_id", id, "domains", strings.Join(dropped, ","))
+			e.sb.Network = p
+		}
 		if m.managedNetwork(e.sb) && e.sb.State != StateStopped {
 			keep[id] = e.sb.Network
 		}

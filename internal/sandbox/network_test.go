@@ -355,6 +355,13 @@ func TestNetworkReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.m.Close()
+	// A record from before rules had to name allowed domains: its stray
+	// rule, which never applied, is dropped rather than failing adoption.
+	stray := kept
+	stray.Network.Headers = []egress.HeaderRule{{Domain: "elsewhere.test", Name: "X-Key", Value: "v"}}
+	if err := h.store.PutSandbox(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
 	fn.Lose(lost.ID)
 	fn.Plant("orphan", egress.Policy{Mode: egress.ModeOpen})
 	if err := os.MkdirAll(filepath.Join(h.cfg.NetworkDir, "orphan"), 0o700); err != nil {
@@ -364,7 +371,7 @@ func TestNetworkReconcile(t *testing.T) {
 	if diff := cmp.Diff([]string{kept.ID}, fn.IDs()); diff != "" {
 		t.Errorf("networks after reconcile (-want +got):\n%s", diff)
 	}
-	if p := fn.Policy(kept.ID); len(p.Domains) != 1 || p.Domains[0].Name != "a.test" {
+	if p := fn.Policy(kept.ID); len(p.Domains) != 1 || p.Domains[0].Name != "a.test" || len(p.Headers) != 0 {
 		t.Errorf("adopted policy %+v", p)
 	}
 	if got, _ := h.m.Get(context.Background(), lost.ID); got.State != StateError {
