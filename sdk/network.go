@@ -46,8 +46,8 @@ type HeaderRule struct {
 // PlaceholderRule gives the sandbox's processes an environment variable
 // Env holding a stand-in, made by the daemon, for the tenant's secret
 // Secret; the daemon's proxy swaps the stand-in for the secret in
-// requests to Domain (headers, and bodies with Body). Daemons without
-// this ability refuse such a policy with CodeNotImplemented.
+// requests to Domain (headers, and bodies with Body). A secret the
+// tenant does not have is refused with CodeInvalidArgument.
 type PlaceholderRule struct {
 	Domain string `json:"domain"`
 	Env    string `json:"env"`
