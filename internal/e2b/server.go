@@ -18,6 +18,7 @@ import (
 
 	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/agentclient"
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -69,6 +70,11 @@ type Config struct {
 	// MaxUploadBytes bounds one upload of a template build's files, as
 	// sent and unpacked; 0 means 4 GiB.
 	MaxUploadBytes int64
+	// Audit, when set, records every control-plane and volume content
+	// call that changes something, before it runs, with its outcome
+	// (server.CallAudit); commands started through envd are recorded by
+	// the Manager.
+	Audit *audit.Log
 }
 
 // Server serves E2B's control-plane API and envd API for one Manager. It
@@ -80,6 +86,7 @@ type Server struct {
 	content  *http.ServeMux // the volume content API (volumecontent.go)
 	log      *slog.Logger
 	control  *http.ServeMux
+	calls    server.CallAudit
 	rpcs     rpcs
 	watchers *watcherSet
 	ports    *server.PortProxy // sandbox ports other than envd's (ports.go)
@@ -117,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.calls = server.CallAudit{Log: cfg.Audit, Logger: s.log, Fail: s.writeAPIError}
 	s.watchers = newWatcherSet(s)
 	s.ports = server.NewPortProxy(cfg.Manager, s.writeAPIError)
 	s.routeControl()
@@ -385,5 +393,34 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		h(w, r)
+	}
+}
+
+// handle registers h for pattern on the control plane, recording the
+// calls that change something in the audit log (server.CallAudit).
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.control.HandleFunc(pattern, s.calls.Wrap(pattern, callRecord(pattern), h))
+}
+
+// callRecord returns the record of a call of route pattern: its caller,
+// the sandbox of a /sandboxes/{id} route, and the route's other names
+// (a template's ID, a build, a volume).
+func callRecord(pattern string) func(*http.Request) audit.Record {
+	sandboxRoute := strings.Contains(pattern, "/sandboxes/{id}")
+	return func(r *http.Request) audit.Record {
+		var id string
+		if sandboxRoute {
+			id = r.PathValue("id")
+		}
+		rec := sandbox.AuditRecord(r.Context(), pattern, id)
+		for _, name := range []string{"id", "build", "volumeID"} {
+			if v := r.PathValue(name); v != "" && !(name == "id" && sandboxRoute) {
+				if rec.Detail == nil {
+					rec.Detail = map[string]string{}
+				}
+				rec.Detail[name] = v
+			}
+		}
+		return rec
 	}
 }

@@ -72,11 +72,9 @@ func New(cfg Config) *Server {
 	if s.reg = cfg.Metrics; s.reg == nil {
 		s.reg = metrics.NewRegistry()
 	}
+	calls := CallAudit{Log: cfg.Audit, Logger: s.log, Fail: s.writeError}
 	for _, r := range s.routes() {
-		h := r.handler
-		if cfg.Audit != nil && mutating(strings.Fields(r.pattern)[0]) {
-			h = s.audited(r.pattern, h)
-		}
+		h := calls.Wrap(r.pattern, callRecord(r.pattern), r.handler)
 		if adminRoutes[r.pattern] {
 			h = adminOnly(s, h)
 		}

@@ -1,0 +1,92 @@
+package e2b
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/tenancy"
+)
+
+// TestControlCallsAudited checks that the facade's control-plane calls
+// that change something are on record under the caller's key before they
+// run and with their outcome after, that reads are not, and that a log
+// that cannot be written refuses them with nothing changed.
+func TestControlCallsAudited(t *testing.T) {
+	log, err := audit.Open(t.TempDir(), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	e := newEnv(t, func(_ *sandbox.Config, c *Config) { c.Audit = log })
+	calls := []struct{ method, path, pattern, body string }{
+		{"POST", "/sandboxes/" + e.id + "/timeout", "POST /sandboxes/{id}/timeout", `{"timeout":60}`},
+		{"GET", "/sandboxes/" + e.id, "GET /sandboxes/{id}", ""},
+		{"POST", "/sandboxes/" + e.id + "/pause", "POST /sandboxes/{id}/pause", ""},
+		{"POST", "/sandboxes/" + e.id + "/connect", "POST /sandboxes/{id}/connect", `{"timeout":60}`},
+		{"DELETE", "/templates/nope", "DELETE /templates/{id}", ""},
+		{"DELETE", "/sandboxes/" + e.id, "DELETE /sandboxes/{id}", ""},
+	}
+	status := map[string]int{}
+	for _, c := range calls {
+		status[c.pattern] = e.api(c.method, c.path, c.body, nil)
+	}
+
+	type seen struct {
+		before bool
+		status int
+	}
+	got := map[string]*seen{}
+	err = log.Query(t.Context(), audit.Filter{}, func(r audit.Record) error {
+		if r.Key != tenancy.BootstrapName {
+			t.Errorf("record of %s by key %q, want %q", r.Action, r.Key, tenancy.BootstrapName)
+		}
+		s := got[r.Action]
+		if s == nil {
+			s = &seen{}
+			got[r.Action] = s
+		}
+		if r.Status == 0 {
+			s.before = s.status == 0 // before its outcome
+		} else {
+			s.status = r.Status
+		}
+		switch {
+		case r.Action == "DELETE /templates/{id}" && (r.SandboxID != "" || r.Detail["id"] != "nope"):
+			t.Errorf("template delete on record as sandbox %q, detail %v", r.SandboxID, r.Detail)
+		case r.Action != "DELETE /templates/{id}" && r.Action != "POST /v2/sandboxes" && r.SandboxID != e.id:
+			t.Errorf("%s on record for sandbox %q, want %s", r.Action, r.SandboxID, e.id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got["POST /v2/sandboxes"]; s == nil || !s.before || s.status != http.StatusCreated {
+		t.Errorf("the create of newEnv on record: %+v", s)
+	}
+	for _, c := range calls {
+		s := got[c.pattern]
+		if c.method == "GET" {
+			if s != nil {
+				t.Errorf("a read on record: %s", c.pattern)
+			}
+			continue
+		}
+		if s == nil || !s.before || s.status != status[c.pattern] {
+			t.Errorf("%s answered %d; on record: %+v", c.pattern, status[c.pattern], s)
+		}
+	}
+
+	// A log that cannot be written refuses the call.
+	log.Close()
+	before := len(e.m.List(t.Context(), sandbox.Filter{}))
+	var out map[string]any
+	if code := e.api("POST", "/v2/sandboxes", `{"templateID":"bb"}`, &out); code != http.StatusBadGateway {
+		t.Errorf("create with the audit log closed: %d %v", code, out)
+	}
+	if n := len(e.m.List(t.Context(), sandbox.Filter{})); n != before {
+		t.Errorf("an unaudited create made a sandbox: %d sandboxes, had %d", n, before)
+	}
+}
