@@ -1,7 +1,9 @@
 package e2b
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/corralrun/corral/internal/audit"
@@ -88,5 +90,66 @@ func TestControlCallsAudited(t *testing.T) {
 	}
 	if n := len(e.m.List(t.Context(), sandbox.Filter{})); n != before {
 		t.Errorf("an unaudited create made a sandbox: %d sandboxes, had %d", n, before)
+	}
+}
+
+// TestEnvdCommandsAuditedUnderCreator checks that a command started
+// through envd is on record under the sandbox's tenant and the key that
+// created it: with the sandbox's access token as with that key itself.
+func TestEnvdCommandsAuditedUnderCreator(t *testing.T) {
+	log, err := audit.Open(t.TempDir(), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	keys, err := tenancy.NewKeys(t.Context(), tenancy.NewMemStore(), testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := keys.Create(t.Context(), tenancy.KeyOptions{Name: "team-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(m *sandbox.Config, c *Config) { m.Audit, c.Keys = log, keys })
+	req, _ := http.NewRequest("POST", e.ts.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"bb"}`))
+	req.Header.Set("X-API-Key", secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create with team-a's key: %d %v", resp.StatusCode, created)
+	}
+	e.id, e.token = created["sandboxID"].(string), created["envdAccessToken"].(string)
+
+	start := func(word string, hdr map[string]string) {
+		t.Helper()
+		body := `{"process":{"cmd":"/bin/sh","args":["-c","echo ` + word + `"]},"stdin":false}`
+		if _, end := e.streamJSON("process.Process/Start", body, hdr); end["error"] != nil {
+			t.Fatalf("start %s: %v", word, end)
+		}
+	}
+	start("by-token", nil)
+	e.token = ""
+	start("by-key", map[string]string{"X-API-Key": secret})
+
+	got := map[string]audit.Record{}
+	err = log.Query(t.Context(), audit.Filter{SandboxID: e.id}, func(r audit.Record) error {
+		if len(r.Argv) == 3 {
+			got[r.Argv[2]] = r
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, word := range []string{"by-token", "by-key"} {
+		r, ok := got["echo "+word]
+		if !ok || r.Action != "process" || r.Key != "team-a" || r.Tenant != k.Tenant {
+			t.Errorf("command started %s on record as %+v (found %v), want key team-a, tenant %s", word, r, ok, k.Tenant)
+		}
 	}
 }

@@ -222,7 +222,8 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 	}
 	// /files also accepts a signed URL (downloadUrl/uploadUrl); it checks
 	// the signature itself.
-	if !s.envdAuthOK(r, id) && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
+	r, ok := s.envdAuth(r, id)
+	if !ok && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
 		fail(errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
 		return
 	}
@@ -325,18 +326,28 @@ func (s *Server) caller(r *http.Request) (*http.Request, bool) {
 	return r.WithContext(ctx), true
 }
 
-// envdAuthOK reports whether a request may use sandbox id's envd: with
-// the sandbox's access token, or an API key whose tenant owns it.
-func (s *Server) envdAuthOK(r *http.Request, id string) bool {
+// envdAuth authenticates a request for sandbox id's envd: with the
+// sandbox's access token, or an API key whose tenant owns it. It returns
+// the request with its caller's principal in its context, so that the
+// commands it starts are on record under a key: an API key's own, or, for
+// the access token, the sandbox's tenant and the key that created it
+// (not an admin: the token reaches this sandbox only).
+func (s *Server) envdAuth(r *http.Request, id string) (*http.Request, bool) {
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
-		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) == 1
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1 {
+			return r, false
+		}
+		if sb, err := s.m.Get(r.Context(), id); err == nil {
+			r = r.WithContext(tenancy.With(r.Context(), tenancy.Principal{Tenant: sb.Tenant, Key: sb.Key}))
+		}
+		return r, true
 	}
 	r, ok := s.caller(r)
 	if !ok {
-		return false
+		return r, false
 	}
 	_, err := s.m.Get(r.Context(), id)
-	return err == nil
+	return r, err == nil
 }
 
 // apiError is E2B's error body: {"code": <HTTP status>, "message": "..."}.

@@ -70,11 +70,18 @@ func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource,
 	if err != nil {
 		return Sandbox{}, err
 	}
-	sb.Owner, sb.Tenant = admission.Principal(ctx), tenancy.Owner(ctx)
+	sb.createdBy(ctx)
 	if src == nil {
 		return m.createFresh(ctx, sb, drv, started)
 	}
 	return m.create(ctx, sb, drv, src, started)
+}
+
+// createdBy makes the caller of ctx sb's creator: its tenant owns sb,
+// its key and admission principal are sb's.
+func (sb *Sandbox) createdBy(ctx context.Context) {
+	p, _ := tenancy.From(ctx)
+	sb.Owner, sb.Tenant, sb.Key = admission.Principal(ctx), p.Tenant, p.Key
 }
 
 // admit validates spec, applies defaults and bounds, and returns the new

@@ -143,7 +143,7 @@ func (m *Manager) takeMember(want Sandbox, name string) (id, pool string) {
 func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox, error) {
 	// The member is the operator's until it is claimed: look it up and
 	// shape it as the daemon, and give it to the caller's tenant.
-	owner := tenancy.Owner(ctx)
+	claimer, _ := tenancy.From(ctx)
 	ctx = tenancy.AsDaemon(ctx)
 	if err := m.ping(ctx, id, 2*time.Second); err != nil {
 		return Sandbox{}, err
@@ -175,7 +175,7 @@ func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox
 		m.mu.Unlock()
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "warm pool member %s changed while being claimed", id)
 	}
-	e.sb.Pool, e.sb.Owner, e.sb.Tenant = "", want.Owner, owner
+	e.sb.Pool, e.sb.Owner, e.sb.Tenant, e.sb.Key = "", want.Owner, claimer.Tenant, claimer.Key
 	e.sb.Env, e.sb.Metadata = cloneMap(want.Env), cloneMap(want.Metadata)
 	e.sb.CreatedAt, e.sb.Deadline = want.CreatedAt, want.Deadline
 	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = want.IdleTimeout, want.OnDeadline, want.OnIdle
