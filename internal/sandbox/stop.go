@@ -89,6 +89,7 @@ func (m *Manager) Stop(ctx context.Context, id string) (Sandbox, error) {
 // m.mu (move.edit).
 func stoppedEntry(e *entry) {
 	e.agent, e.netEnv, e.savedPaused = nil, nil, false
+	e.oomKills = 0 // the next start's instance counts from 0
 	e.sb.Deadline, e.sb.Error = time.Time{}, ""
 	e.act.last.Store(0)
 }
