@@ -39,17 +39,25 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 
 // createWith is Create, which hands started to a cold create (see create).
 func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc) (Sandbox, error) {
-	release, err := m.reserveQuota(ctx, Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}, 1)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	defer release()
 	if spec.FromSnapshot != "" {
 		if len(spec.Mounts) > 0 {
 			return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "mounts: a sandbox from a snapshot takes none")
 		}
 		return m.createFromSnapshot(ctx, spec)
 	}
+	if def, ok := m.poolDef(spec.Pool); ok {
+		// The quota counts the limits the pool gives (claim fits them
+		// again, against the pool as it is then).
+		var err error
+		if spec, err = fitPool(spec, def); err != nil {
+			return Sandbox{}, err
+		}
+	}
+	release, err := m.reserveQuota(ctx, spec.limits(), 1)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer release()
 	if len(spec.Mounts) > 0 {
 		// A pool's sandboxes started without the caller's mounts.
 		if spec.Pool != "" {
@@ -62,6 +70,11 @@ func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc
 		return sb, err
 	}
 	return m.createSpec(ctx, spec, nil, started)
+}
+
+// limits returns spec's limits.
+func (spec Spec) limits() Limits {
+	return Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}
 }
 
 // createSpec admits spec for ctx's caller and creates it (see create).
@@ -109,7 +122,7 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 			return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid environment variable name %q", k)
 		}
 	}
-	lim := Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}
+	lim := spec.limits()
 	lim, err := m.bound(lim)
 	if err != nil {
 		return Sandbox{}, nil, err

@@ -20,20 +20,17 @@ import (
 func (m *Manager) claim(ctx context.Context, spec Spec) (Spec, Sandbox, bool, error) {
 	m.pools.mu.Lock()
 	none := len(m.pools.m) == 0
-	var named *Pool
-	if p := m.pools.m[spec.Pool]; p != nil {
-		named = &p.def
-	}
 	m.pools.mu.Unlock()
 	if spec.Pool == "" && none {
 		return spec, Sandbox{}, false, nil
 	}
+	named, ok := m.poolDef(spec.Pool)
 	if spec.Pool != "" {
-		if named == nil {
+		if !ok {
 			return spec, Sandbox{}, false, errdefs.Errorf(errdefs.ErrNotFound, "pool %q not found", spec.Pool)
 		}
 		var err error
-		if spec, err = fitPool(spec, *named); err != nil {
+		if spec, err = fitPool(spec, named); err != nil {
 			return spec, Sandbox{}, false, err
 		}
 	}
@@ -69,6 +66,16 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Spec, Sandbox, bool, er
 		m.log.Warn("warm pool member unusable; trying the next", "sandbox_id", id, "err", err)
 		m.deleteMembers(context.WithoutCancel(ctx), []string{id})
 	}
+}
+
+// poolDef returns the definition of pool name, if there is one.
+func (m *Manager) poolDef(name string) (Pool, bool) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	if p := m.pools.m[name]; p != nil {
+		return p.def, true
+	}
+	return Pool{}, false
 }
 
 // fitPool completes spec from pool def, which it names: the template and

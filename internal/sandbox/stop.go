@@ -188,7 +188,7 @@ func (m *Manager) StartFor(ctx context.Context, id string, timeout time.Duration
 	if !ok {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s: runtime %q is not available on this daemon", id, sb.Runtime)
 	}
-	releaseQuota, err := m.reserveRunning(ctx, Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes})
+	releaseQuota, err := m.reserveMore(ctx, usage{memory: sb.MemoryBytes, milliCPUs: sb.MilliCPUs})
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -257,29 +258,67 @@ func grepLines(b []byte, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestQuotaHoldsAcrossStopAndStart checks that starting a stopped
-// sandbox again counts its memory against the tenant's quota.
-func TestQuotaHoldsAcrossStopAndStart(t *testing.T) {
-	admin, ts := newTestServer(t, "admin-secret")
-	ctx := t.Context()
-	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a", MaxMemoryMB: 256})
-	if err != nil {
-		t.Fatal(err)
+// TestQuotaCountsWhatASandboxIsGiven checks that a tenant's memory quota
+// counts the memory a sandbox gets, not what its call asked for: a PATCH
+// that grows a running sandbox, a create from a snapshot (the snapshot's
+// limits), a create from a named pool (the pool's), and the start of a
+// stopped sandbox (which held none while stopped).
+func TestQuotaCountsWhatASandboxIsGiven(t *testing.T) {
+	tests := []struct {
+		name string
+		call func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error
+	}{
+		{"start a stopped sandbox", func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error {
+			if _, err := a.Stop(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 384}); err != nil {
+				t.Fatalf("a create while the other is stopped: %v", err)
+			}
+			_, err := a.Start(ctx, sb.ID, nil)
+			return err
+		}},
+		{"grow a running sandbox", func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error {
+			_, err := a.Update(ctx, sb.ID, corral.UpdateOptions{MemoryMB: 640})
+			return err
+		}},
+		{"create from a snapshot", func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error {
+			if _, err := a.CreateSnapshot(ctx, sb.ID, "s", nil); err != nil {
+				t.Fatal(err)
+			}
+			_, err := a.Create(ctx, corral.CreateOptions{FromSnapshot: "s"})
+			return err
+		}},
+		{"create from a named pool", func(ctx context.Context, a *corral.Client, _ *corral.Sandbox) error {
+			_, err := a.Create(ctx, corral.CreateOptions{Pool: "big"})
+			return err
+		}},
 	}
-	a, _ := corral.New(ts.URL, k.Key)
-	defer a.Close()
-	first, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Stop(ctx, first.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 256}); err != nil {
-		t.Fatalf("a create while the other is stopped: %v", err)
-	}
-	if _, err := a.Start(ctx, first.ID, nil); corral.ErrorCode(err) != corral.CodeResourceExhausted {
-		t.Fatalf("starting past the memory quota: %v", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			admin, ts := newTestServer(t, "admin-secret")
+			ctx := t.Context()
+			if _, err := admin.SetPool(ctx, "big", corral.PoolOptions{Template: "bb", MemoryMB: 384, Size: 1}); err != nil {
+				t.Fatal(err)
+			}
+			k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a", MaxMemoryMB: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := corral.New(ts.URL, k.Key)
+			defer a.Close()
+			// 384 MiB of 512; the default is 128 MiB, which would fit.
+			sb, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 384})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.call(ctx, a, sb); corral.ErrorCode(err) != corral.CodeResourceExhausted || !strings.Contains(err.Error(), "memory quota is 512 MiB") {
+				t.Fatalf("past the memory quota: %v", err)
+			}
+			if got, err := a.Get(ctx, sb.ID); err != nil || got.MemoryMB != 384 {
+				t.Fatalf("after the refusal: %+v, %v", got, err)
+			}
+		})
 	}
 }
 
