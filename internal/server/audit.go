@@ -37,15 +37,24 @@ type CallAudit struct {
 	Fail func(http.ResponseWriter, *http.Request, error)
 }
 
-// Wrap returns h, for the route of pattern, recording each call when the
-// pattern's method changes something (Mutating): before h runs, as record
-// makes it of the request (a record that cannot be stored refuses the
-// call with errdefs.ErrUnavailable: nothing changes unaudited), and once
-// h answered, again with its status and duration. Otherwise, or without
-// a Log, it returns h.
+// Wrap returns h, for the route of pattern, recording each call (Record)
+// when the pattern's method changes something (Mutating), and h itself
+// otherwise.
 func (a CallAudit) Wrap(pattern string, record func(*http.Request) audit.Record, h http.HandlerFunc) http.HandlerFunc {
 	method, _, _ := strings.Cut(pattern, " ")
-	if a.Log == nil || !Mutating(method) {
+	if !Mutating(method) {
+		return h
+	}
+	return a.Record(record, h)
+}
+
+// Record returns h recording each call: before h runs, as record makes it
+// of the request (a record that cannot be stored refuses the call with
+// errdefs.ErrUnavailable: nothing changes unaudited), and once h
+// answered (for a WebSocket, once its session ended), again with its
+// status and duration. Without a Log it returns h.
+func (a CallAudit) Record(record func(*http.Request) audit.Record, h http.HandlerFunc) http.HandlerFunc {
+	if a.Log == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -322,24 +322,32 @@ func TestQuotaCountsWhatASandboxIsGiven(t *testing.T) {
 	}
 }
 
+// newAuditedTenant serves the API with an audit log and returns the
+// admin's client, a client of a new tenant's key named name, that key,
+// and the log.
+func newAuditedTenant(t *testing.T, name string) (admin, c *corral.Client, k *corral.Key, log *audit.Log) {
+	t.Helper()
+	log, err := audit.Open(t.TempDir(), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	admin, ts := newTestServer(t, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
+	if k, err = admin.CreateKey(t.Context(), corral.KeyOptions{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = corral.New(ts.URL, k.Key)
+	t.Cleanup(c.Close)
+	return admin, c, k, log
+}
+
 // TestAuditRecordsCommands checks that every way of starting a command
 // leaves a record with the caller's key before it runs and one with its
 // exit after: exec, the command of POST /v1/run (sent to the agent while
 // the sandbox starts), and a background process.
 func TestAuditRecordsCommands(t *testing.T) {
-	log, err := audit.Open(t.TempDir(), audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	admin, ts := newTestServer(t, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
+	admin, c, k, _ := newAuditedTenant(t, "runner")
 	ctx := t.Context()
-	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "runner"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := corral.New(ts.URL, k.Key)
-	defer c.Close()
 
 	sb, res, err := c.Run(ctx, corral.RunOptions{Sandbox: corral.CreateOptions{Template: "bb"}, Exec: corral.ExecOptions{Cmd: []string{"echo", "from-run"}}})
 	if err != nil || res.ExitCode != 0 {
@@ -389,5 +397,101 @@ func TestAuditRecordsCommands(t *testing.T) {
 	}
 	if !ends["exec"] || !ends["process"] {
 		t.Errorf("exit records: %v", ends)
+	}
+}
+
+// TestAuditRecordsProcessInput checks that what a client does to a
+// running process is on record under its key, before and after: stdin
+// writes and close, signals, terminal resizes, and attach sessions, which
+// may do all of these.
+func TestAuditRecordsProcessInput(t *testing.T) {
+	_, c, _, log := newAuditedTenant(t, "typist")
+	ctx := t.Context()
+	sb, err := c.Create(ctx, corral.CreateOptions{Template: "bb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"cat"}, PTY: &corral.PTYSize{Cols: 80, Rows: 24}, OpenStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendStdin(ctx, sb.ID, p.PID, strings.NewReader("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, sb.ID, p.PID, corral.PTYSize{Cols: 100, Rows: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseStdin(ctx, sb.ID, p.PID); err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Attach(ctx, sb.ID, q.PID, corral.AttachOptions{})
+		done <- err
+	}()
+	// The attach session is on record before it starts; the signal then
+	// ends the process, and with it the session.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		_ = log.Query(ctx, audit.Filter{SandboxID: sb.ID}, func(r audit.Record) error {
+			if strings.HasSuffix(r.Action, "/attach") {
+				n++
+			}
+			return nil
+		})
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no record of the attach session")
+		}
+	}
+	if err := c.Signal(ctx, sb.ID, q.PID, "SIGKILL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// The attach session's end is recorded once its handler returns,
+	// which may be after the client saw the exit.
+	actions := []string{
+		"POST /v1/sandboxes/{id}/processes/{pid}/stdin",
+		"DELETE /v1/sandboxes/{id}/processes/{pid}/stdin",
+		"POST /v1/sandboxes/{id}/processes/{pid}/resize",
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal",
+		"GET /v1/sandboxes/{id}/processes/{pid}/attach",
+	}
+	// got[action] has bit 1 for a record before the call, 2 for one
+	// with its status after.
+	var got map[string]int
+	complete := func() bool {
+		for _, action := range actions {
+			if got[action] != 3 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); !complete() && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = map[string]int{}
+		err := log.Query(ctx, audit.Filter{SandboxID: sb.ID, Key: "typist"}, func(r audit.Record) error {
+			if strings.Contains(r.Action, "/processes/{pid}/") && r.Detail["pid"] != "" {
+				got[r.Action] |= map[bool]int{true: 1, false: 2}[r.Status == 0]
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, action := range actions {
+		if got[action] != 3 {
+			t.Errorf("%s on record before and after: %b, want 11", action, got[action])
+		}
 	}
 }
