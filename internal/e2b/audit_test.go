@@ -6,21 +6,30 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/tenancy"
 )
+
+// openAuditLog opens an audit log that the test's end closes.
+func openAuditLog(t *testing.T) *audit.Log {
+	t.Helper()
+	log, err := audit.Open(t.TempDir(), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	return log
+}
 
 // TestControlCallsAudited checks that the facade's control-plane calls
 // that change something are on record under the caller's key before they
 // run and with their outcome after, that reads are not, and that a log
 // that cannot be written refuses them with nothing changed.
 func TestControlCallsAudited(t *testing.T) {
-	log, err := audit.Open(t.TempDir(), audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
+	log := openAuditLog(t)
 	e := newEnv(t, func(_ *sandbox.Config, c *Config) { c.Audit = log })
 	calls := []struct{ method, path, pattern, body string }{
 		{"POST", "/sandboxes/" + e.id + "/timeout", "POST /sandboxes/{id}/timeout", `{"timeout":60}`},
@@ -40,7 +49,7 @@ func TestControlCallsAudited(t *testing.T) {
 		status int
 	}
 	got := map[string]*seen{}
-	err = log.Query(t.Context(), audit.Filter{}, func(r audit.Record) error {
+	err := log.Query(t.Context(), audit.Filter{}, func(r audit.Record) error {
 		if r.Key != tenancy.BootstrapName {
 			t.Errorf("record of %s by key %q, want %q", r.Action, r.Key, tenancy.BootstrapName)
 		}
@@ -97,11 +106,7 @@ func TestControlCallsAudited(t *testing.T) {
 // through envd is on record under the sandbox's tenant and the key that
 // created it: with the sandbox's access token as with that key itself.
 func TestEnvdCommandsAuditedUnderCreator(t *testing.T) {
-	log, err := audit.Open(t.TempDir(), audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
+	log := openAuditLog(t)
 	keys, err := tenancy.NewKeys(t.Context(), tenancy.NewMemStore(), testKey)
 	if err != nil {
 		t.Fatal(err)
@@ -151,5 +156,44 @@ func TestEnvdCommandsAuditedUnderCreator(t *testing.T) {
 		if !ok || r.Action != "process" || r.Key != "team-a" || r.Tenant != k.Tenant {
 			t.Errorf("command started %s on record as %+v (found %v), want key team-a, tenant %s", word, r, ok, k.Tenant)
 		}
+	}
+}
+
+// TestEnvdChangesAudited checks that envd calls that change a sandbox's
+// files or processes are on record, before and after, under the key that
+// created the sandbox, and that reads are not.
+func TestEnvdChangesAudited(t *testing.T) {
+	log := openAuditLog(t)
+	e := newEnv(t, func(_ *sandbox.Config, c *Config) { c.Audit = log })
+	if code, out := e.unary("filesystem.Filesystem/MakeDir", `{"path":"/work/d"}`); code != 200 {
+		t.Fatalf("makeDir: %d %v", code, out)
+	}
+	if code, out := e.unary("filesystem.Filesystem/Stat", `{"path":"/work/d"}`); code != 200 {
+		t.Fatalf("stat: %d %v", code, out)
+	}
+	if resp := e.envd("POST", "/files?path=/work/d/f.txt", "application/octet-stream", strings.NewReader("x"), nil); resp.StatusCode != 200 {
+		t.Fatalf("upload: %d", resp.StatusCode)
+	}
+	if code, out := e.unary("filesystem.Filesystem/Remove", `{"path":"/work/d"}`); code != 200 {
+		t.Fatalf("remove: %d %v", code, out)
+	}
+	got := map[string][]int{} // action -> statuses on record, 0 before the call
+	err := log.Query(t.Context(), audit.Filter{SandboxID: e.id}, func(r audit.Record) error {
+		if r.Key != tenancy.BootstrapName {
+			t.Errorf("record of %s by key %q", r.Action, r.Key)
+		}
+		got[r.Action] = append(got[r.Action], r.Status)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]int{
+		"POST /filesystem.Filesystem/MakeDir": {0, 200},
+		"POST /files":                         {0, 200},
+		"POST /filesystem.Filesystem/Remove":  {0, 200},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("envd calls on record (-want +got):\n%s", diff)
 	}
 }

@@ -209,7 +209,7 @@ func isRPCPath(p string) bool {
 
 func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port string) {
 	rpc := isRPCPath(r.URL.Path)
-	fail := func(err error) {
+	fail := func(w http.ResponseWriter, r *http.Request, err error) {
 		if rpc {
 			s.writeRPCError(w, r, err)
 			return
@@ -224,21 +224,45 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 	// the signature itself.
 	r, ok := s.envdAuth(r, id)
 	if !ok && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
-		fail(errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
+		fail(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
 		return
 	}
-	switch {
-	case rpc:
-		s.serveRPC(w, r, id)
-	case r.URL.Path == "/files":
-		s.files(w, r, id)
-	case r.URL.Path == "/health":
-		s.envdHealth(w, r, id)
-	case r.URL.Path == "/envs" && r.Method == http.MethodGet:
-		s.envs(w, r, id)
-	default:
-		fail(errdefs.Errorf(errdefs.ErrNotFound, "envd route %s %s is not implemented by Corral", r.Method, r.URL.Path))
+	h := func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case rpc:
+			s.serveRPC(w, r, id)
+		case r.URL.Path == "/files":
+			s.files(w, r, id)
+		case r.URL.Path == "/health":
+			s.envdHealth(w, r, id)
+		case r.URL.Path == "/envs" && r.Method == http.MethodGet:
+			s.envs(w, r, id)
+		default:
+			fail(w, r, errdefs.Errorf(errdefs.ErrNotFound, "envd route %s %s is not implemented by Corral", r.Method, r.URL.Path))
+		}
 	}
+	if envdChanges[r.URL.Path] || (r.URL.Path == "/files" && r.Method == http.MethodPost) {
+		calls := s.calls
+		calls.Fail = fail
+		h = calls.Record(func(r *http.Request) audit.Record {
+			return sandbox.AuditRecord(r.Context(), r.Method+" "+r.URL.Path, id)
+		}, h)
+	}
+	h(w, r)
+}
+
+// envdChanges are the envd calls that change something other than by
+// starting a command, which the Manager records itself: they are on the
+// audit log, as are uploads (POST /files).
+var envdChanges = map[string]bool{
+	"/process.Process/SendInput":     true,
+	"/process.Process/StreamInput":   true,
+	"/process.Process/SendSignal":    true,
+	"/process.Process/CloseStdin":    true,
+	"/process.Process/Update":        true,
+	"/filesystem.Filesystem/MakeDir": true,
+	"/filesystem.Filesystem/Move":    true,
+	"/filesystem.Filesystem/Remove":  true,
 }
 
 // envdHealth answers 204 while the sandbox runs and 502 otherwise, which
