@@ -23,6 +23,9 @@ const (
 	EventTimeout = "timeout" // its deadline passed; a deleted event follows
 	EventStopped = "stopped" // its processes ended; its files stay
 	EventStarted = "started" // a stopped sandbox runs again
+	// EventOOMKilled: the kernel killed a process of the sandbox, or the
+	// whole sandbox, for going past its memory limit (once per kill).
+	EventOOMKilled = "oom_killed"
 )
 
 // Event is one lifecycle change of a sandbox.

@@ -14,7 +14,7 @@ func (c *cli) events(args []string) int {
 	fs := c.flags("events")
 	id := fs.String("sandbox", "", "only events of this sandbox")
 	var types multiFlag
-	fs.Var(&types, "type", "only events of this type (repeatable): created, running, paused, resumed, stopped, started, deleted, error, timeout")
+	fs.Var(&types, "type", "only events of this type (repeatable): created, running, paused, resumed, stopped, started, deleted, error, timeout, oom_killed")
 	asJSON := fs.Bool("json", false, "print each event as a JSON line")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage

@@ -369,7 +369,7 @@ func (d *Daemon) serveE2B(context.Context) error {
 	if d.cfg.E2BListen == "" {
 		return nil
 	}
-	cfg := e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Keys: d.keys, Domain: d.cfg.E2BDomain, Logger: d.log}
+	cfg := e2b.Config{Manager: d.manager, APIKey: d.cfg.APIKey, Keys: d.keys, Domain: d.cfg.E2BDomain, Audit: d.audit, Logger: d.log}
 	if d.images != nil {
 		cfg.Templates, cfg.BuildDir = d.images, filepath.Join(d.cfg.StateDir, "e2b-templates")
 		cfg.BuildNetwork = egress.Policy{Mode: egress.Mode(d.cfg.E2BBuildNetwork)}

@@ -54,7 +54,9 @@ type env struct {
 	token string // its access token
 }
 
-func newEnv(t testing.TB) *env {
+// newEnv makes an env; opts change the Manager's and the facade's
+// configuration before they are made.
+func newEnv(t testing.TB, opts ...func(*sandbox.Config, *Config)) *env {
 	t.Helper()
 	sock, err := os.MkdirTemp("", "e2b-")
 	if err != nil {
@@ -69,9 +71,14 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := sandbox.New(sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
+	mcfg := sandbox.Config{Store: st, Storage: storagefake.New(t.TempDir()), Drivers: []driver.Driver{drv},
 		Defaults: sandbox.Limits{MilliCPUs: 500, MemoryBytes: 128 << 20, Pids: 64}, SnapshotDir: filepath.Join(t.TempDir(), "snapshots"),
-		Mounter: bindMounter{}})
+		Mounter: bindMounter{}}
+	cfg := Config{APIKey: testKey}
+	for _, o := range opts {
+		o(&mcfg, &cfg)
+	}
+	m, err := sandbox.New(mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +90,11 @@ func newEnv(t testing.TB) *env {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := New(Config{Manager: m, APIKey: testKey})
+	cfg.Manager = m
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.Close()

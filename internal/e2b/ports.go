@@ -23,7 +23,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id, port stri
 		return
 	}
 	tok := r.Header.Get("E2b-Traffic-Access-Token")
-	if !s.envdAuthOK(r, id) && (tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1) {
+	if _, ok := s.envdAuth(r, id); !ok && (tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1) {
 		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated,
 			"missing or invalid credential for port %d of sandbox %s: send E2b-Traffic-Access-Token (the sandbox's access token) or X-API-Key", n, id))
 		return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/agentclient"
+	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -69,6 +70,11 @@ type Config struct {
 	// MaxUploadBytes bounds one upload of a template build's files, as
 	// sent and unpacked; 0 means 4 GiB.
 	MaxUploadBytes int64
+	// Audit, when set, records every control-plane and volume content
+	// call that changes something, before it runs, with its outcome
+	// (server.CallAudit); commands started through envd are recorded by
+	// the Manager.
+	Audit *audit.Log
 }
 
 // Server serves E2B's control-plane API and envd API for one Manager. It
@@ -80,6 +86,7 @@ type Server struct {
 	content  *http.ServeMux // the volume content API (volumecontent.go)
 	log      *slog.Logger
 	control  *http.ServeMux
+	calls    server.CallAudit
 	rpcs     rpcs
 	watchers *watcherSet
 	ports    *server.PortProxy // sandbox ports other than envd's (ports.go)
@@ -117,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.calls = server.CallAudit{Log: cfg.Audit, Logger: s.log, Fail: s.writeAPIError}
 	s.watchers = newWatcherSet(s)
 	s.ports = server.NewPortProxy(cfg.Manager, s.writeAPIError)
 	s.routeControl()
@@ -201,7 +209,7 @@ func isRPCPath(p string) bool {
 
 func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port string) {
 	rpc := isRPCPath(r.URL.Path)
-	fail := func(err error) {
+	fail := func(w http.ResponseWriter, r *http.Request, err error) {
 		if rpc {
 			s.writeRPCError(w, r, err)
 			return
@@ -214,22 +222,47 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 	}
 	// /files also accepts a signed URL (downloadUrl/uploadUrl); it checks
 	// the signature itself.
-	if !s.envdAuthOK(r, id) && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
-		fail(errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
+	r, ok := s.envdAuth(r, id)
+	if !ok && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
+		fail(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
 		return
 	}
-	switch {
-	case rpc:
-		s.serveRPC(w, r, id)
-	case r.URL.Path == "/files":
-		s.files(w, r, id)
-	case r.URL.Path == "/health":
-		s.envdHealth(w, r, id)
-	case r.URL.Path == "/envs" && r.Method == http.MethodGet:
-		s.envs(w, r, id)
-	default:
-		fail(errdefs.Errorf(errdefs.ErrNotFound, "envd route %s %s is not implemented by Corral", r.Method, r.URL.Path))
+	h := func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case rpc:
+			s.serveRPC(w, r, id)
+		case r.URL.Path == "/files":
+			s.files(w, r, id)
+		case r.URL.Path == "/health":
+			s.envdHealth(w, r, id)
+		case r.URL.Path == "/envs" && r.Method == http.MethodGet:
+			s.envs(w, r, id)
+		default:
+			fail(w, r, errdefs.Errorf(errdefs.ErrNotFound, "envd route %s %s is not implemented by Corral", r.Method, r.URL.Path))
+		}
 	}
+	if envdChanges[r.URL.Path] || (r.URL.Path == "/files" && r.Method == http.MethodPost) {
+		calls := s.calls
+		calls.Fail = fail
+		h = calls.Record(func(r *http.Request) audit.Record {
+			return sandbox.AuditRecord(r.Context(), r.Method+" "+r.URL.Path, id)
+		}, h)
+	}
+	h(w, r)
+}
+
+// envdChanges are the envd calls that change something other than by
+// starting a command, which the Manager records itself: they are on the
+// audit log, as are uploads (POST /files).
+var envdChanges = map[string]bool{
+	"/process.Process/SendInput":     true,
+	"/process.Process/StreamInput":   true,
+	"/process.Process/SendSignal":    true,
+	"/process.Process/CloseStdin":    true,
+	"/process.Process/Update":        true,
+	"/filesystem.Filesystem/MakeDir": true,
+	"/filesystem.Filesystem/Move":    true,
+	"/filesystem.Filesystem/Remove":  true,
 }
 
 // envdHealth answers 204 while the sandbox runs and 502 otherwise, which
@@ -317,18 +350,28 @@ func (s *Server) caller(r *http.Request) (*http.Request, bool) {
 	return r.WithContext(ctx), true
 }
 
-// envdAuthOK reports whether a request may use sandbox id's envd: with
-// the sandbox's access token, or an API key whose tenant owns it.
-func (s *Server) envdAuthOK(r *http.Request, id string) bool {
+// envdAuth authenticates a request for sandbox id's envd: with the
+// sandbox's access token, or an API key whose tenant owns it. It returns
+// the request with its caller's principal in its context, so that the
+// commands it starts are on record under a key: an API key's own, or, for
+// the access token, the sandbox's tenant and the key that created it
+// (not an admin: the token reaches this sandbox only).
+func (s *Server) envdAuth(r *http.Request, id string) (*http.Request, bool) {
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
-		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) == 1
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1 {
+			return r, false
+		}
+		if sb, err := s.m.Get(r.Context(), id); err == nil {
+			r = r.WithContext(tenancy.With(r.Context(), tenancy.Principal{Tenant: sb.Tenant, Key: sb.Key}))
+		}
+		return r, true
 	}
 	r, ok := s.caller(r)
 	if !ok {
-		return false
+		return r, false
 	}
 	_, err := s.m.Get(r.Context(), id)
-	return err == nil
+	return r, err == nil
 }
 
 // apiError is E2B's error body: {"code": <HTTP status>, "message": "..."}.
@@ -385,5 +428,34 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		h(w, r)
+	}
+}
+
+// handle registers h for pattern on the control plane, recording the
+// calls that change something in the audit log (server.CallAudit).
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.control.HandleFunc(pattern, s.calls.Wrap(pattern, callRecord(pattern), h))
+}
+
+// callRecord returns the record of a call of route pattern: its caller,
+// the sandbox of a /sandboxes/{id} route, and the route's other names
+// (a template's ID, a build, a volume).
+func callRecord(pattern string) func(*http.Request) audit.Record {
+	sandboxRoute := strings.Contains(pattern, "/sandboxes/{id}")
+	return func(r *http.Request) audit.Record {
+		var id string
+		if sandboxRoute {
+			id = r.PathValue("id")
+		}
+		rec := sandbox.AuditRecord(r.Context(), pattern, id)
+		for _, name := range []string{"id", "build", "volumeID"} {
+			if v := r.PathValue(name); v != "" && !(name == "id" && sandboxRoute) {
+				if rec.Detail == nil {
+					rec.Detail = map[string]string{}
+				}
+				rec.Detail[name] = v
+			}
+		}
+		return rec
 	}
 }

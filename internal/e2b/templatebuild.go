@@ -136,17 +136,17 @@ func (bs *builds) get(id string) (*build, error) {
 	return b, nil
 }
 
-func (s *Server) routeTemplateBuilds(mux *http.ServeMux) {
+func (s *Server) routeTemplateBuilds() {
 	s.content.HandleFunc("PUT /templatefiles/{hash}", s.uploadFiles)
-	mux.HandleFunc("POST /v3/templates", s.admin(s.requestBuild))
-	mux.HandleFunc("GET /templates/{id}/files/{hash}", s.admin(s.fileUploadLink))
-	mux.HandleFunc("POST /v2/templates/{id}/builds/{build}", s.admin(s.startBuild))
-	mux.HandleFunc("GET /templates/{id}/builds/{build}/status", s.buildStatus)
-	mux.HandleFunc("POST /templates/tags", s.admin(s.assignTags))
-	mux.HandleFunc("DELETE /templates/tags", s.admin(s.removeTags))
+	s.handle("POST /v3/templates", s.admin(s.requestBuild))
+	s.handle("GET /templates/{id}/files/{hash}", s.admin(s.fileUploadLink))
+	s.handle("POST /v2/templates/{id}/builds/{build}", s.admin(s.startBuild))
+	s.handle("GET /templates/{id}/builds/{build}/status", s.buildStatus)
+	s.handle("POST /templates/tags", s.admin(s.assignTags))
+	s.handle("DELETE /templates/tags", s.admin(s.removeTags))
 	// GET /templates/{id}/tags, written so as not to overlap
 	// GET /templates/aliases/{alias}.
-	mux.HandleFunc("GET /templates/{id}/{sub}", func(w http.ResponseWriter, r *http.Request) {
+	s.handle("GET /templates/{id}/{sub}", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("sub") != "tags" {
 			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrNotImplemented, "managing templates through the E2B API is not supported: use `corral template`"))
 			return

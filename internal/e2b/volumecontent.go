@@ -48,7 +48,9 @@ func (s *Server) routeVolumeContent() {
 }
 
 // volumeCall authenticates a volume content request and passes the
-// handler the volume's name and the path inside it.
+// handler the volume's name and the path inside it. A call that changes
+// a file is recorded in the audit log, once authenticated
+// (server.CallAudit).
 func (s *Server) volumeCall(h func(w http.ResponseWriter, r *http.Request, name, p string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("volumeID")
@@ -62,7 +64,10 @@ func (s *Server) volumeCall(h func(w http.ResponseWriter, r *http.Request, name,
 			s.writeVolumeError(w, r, errNoVolumes())
 			return
 		}
-		h(w, r, name, volumePath(r.URL.Query().Get("path")))
+		call := func(w http.ResponseWriter, r *http.Request) { h(w, r, name, volumePath(r.URL.Query().Get("path"))) }
+		calls := s.calls
+		calls.Fail = s.writeVolumeError
+		calls.Wrap(r.Pattern, callRecord(r.Pattern), call)(w, r)
 	}
 }
 

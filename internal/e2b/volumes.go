@@ -80,11 +80,11 @@ func (s *Server) volumeToken(name string) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-func (s *Server) routeVolumes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /volumes", s.withVolumes(s.listVolumes))
-	mux.HandleFunc("POST /volumes", s.withVolumes(s.createVolume))
-	mux.HandleFunc("GET /volumes/{volumeID}", s.withVolumes(s.getVolume))
-	mux.HandleFunc("DELETE /volumes/{volumeID}", s.withVolumes(s.destroyVolume))
+func (s *Server) routeVolumes() {
+	s.handle("GET /volumes", s.withVolumes(s.listVolumes))
+	s.handle("POST /volumes", s.withVolumes(s.createVolume))
+	s.handle("GET /volumes/{volumeID}", s.withVolumes(s.getVolume))
+	s.handle("DELETE /volumes/{volumeID}", s.withVolumes(s.destroyVolume))
 }
 
 // withVolumes answers 501 for a Server without volumes.

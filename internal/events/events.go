@@ -27,6 +27,10 @@ const (
 	Timeout = "timeout" // the deadline passed; a deleted event follows
 	Stopped = "stopped" // every process ended; the files stay for a start
 	Started = "started" // a stopped sandbox booted again; it is running
+	// OOMKilled: the kernel killed a process of the sandbox, or the whole
+	// sandbox, for going past its memory limit; one event per kill the
+	// Manager learns of (an exec's process dying of it, or the instance).
+	OOMKilled = "oom_killed"
 )
 
 // OverflowCode is the error code of the event that ends a dropped
@@ -34,7 +38,7 @@ const (
 const OverflowCode = "resource_exhausted"
 
 // Types lists the event types a filter may name.
-var Types = []string{Created, Running, Paused, Resumed, Deleted, Error, Timeout}
+var Types = []string{Created, Running, Paused, Resumed, Deleted, Error, Timeout, OOMKilled}
 
 // Event is one lifecycle change, as streamed by /v1/events.
 type Event struct {

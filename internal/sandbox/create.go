@@ -39,11 +39,6 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 
 // createWith is Create, which hands started to a cold create (see create).
 func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc) (Sandbox, error) {
-	release, err := m.reserveQuota(ctx, Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}, 1)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	defer release()
 	if err := m.checkSecrets(ctx, tenancy.Owner(ctx), spec.Network); err != nil {
 		return Sandbox{}, err
 	}
@@ -53,6 +48,19 @@ func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc
 		}
 		return m.createFromSnapshot(ctx, spec)
 	}
+	if def, ok := m.poolDef(spec.Pool); ok {
+		// The quota counts the limits the pool gives (claim fits them
+		// again, against the pool as it is then).
+		var err error
+		if spec, err = fitPool(spec, def); err != nil {
+			return Sandbox{}, err
+		}
+	}
+	release, err := m.reserveQuota(ctx, spec.limits(), 1)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer release()
 	if len(spec.Mounts) > 0 {
 		// A pool's sandboxes started without the caller's mounts.
 		if spec.Pool != "" {
@@ -67,17 +75,29 @@ func (m *Manager) createWith(ctx context.Context, spec Spec, started startedFunc
 	return m.createSpec(ctx, spec, nil, started)
 }
 
+// limits returns spec's limits.
+func (spec Spec) limits() Limits {
+	return Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}
+}
+
 // createSpec admits spec for ctx's caller and creates it (see create).
 func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource, started startedFunc) (Sandbox, error) {
 	sb, drv, err := m.admit(spec)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	sb.Owner, sb.Tenant = admission.Principal(ctx), tenancy.Owner(ctx)
+	sb.createdBy(ctx)
 	if src == nil {
 		return m.createFresh(ctx, sb, drv, started)
 	}
 	return m.create(ctx, sb, drv, src, started)
+}
+
+// createdBy makes the caller of ctx sb's creator: its tenant owns sb,
+// its key and admission principal are sb's.
+func (sb *Sandbox) createdBy(ctx context.Context) {
+	p, _ := tenancy.From(ctx)
+	sb.Owner, sb.Tenant, sb.Key = admission.Principal(ctx), p.Tenant, p.Key
 }
 
 // admit validates spec, applies defaults and bounds, and returns the new
@@ -105,7 +125,7 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 			return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid environment variable name %q", k)
 		}
 	}
-	lim := Limits{MilliCPUs: spec.MilliCPUs, MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, DiskBytes: spec.DiskBytes}
+	lim := spec.limits()
 	lim, err := m.bound(lim)
 	if err != nil {
 		return Sandbox{}, nil, err

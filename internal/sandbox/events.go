@@ -6,8 +6,9 @@ import (
 )
 
 // Events returns the bus on which the Manager publishes every lifecycle
-// change (events.Created, Running, Paused, Resumed, Deleted, Error,
-// Timeout). Publishing never blocks the Manager.
+// change (events.Created, Running, Paused, Resumed, Stopped, Started,
+// Deleted, Error, Timeout) and every OOM kill it learns of
+// (events.OOMKilled). Publishing never blocks the Manager.
 func (m *Manager) Events() *events.Bus { return m.bus }
 
 // emit publishes a lifecycle event for sb. cause, when set, is why a

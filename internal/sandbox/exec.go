@@ -10,6 +10,7 @@ import (
 	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
+	"github.com/corralrun/corral/internal/events"
 	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
@@ -118,6 +119,7 @@ func (m *Manager) exec(ctx context.Context, t execTarget, req wire.ExecRequest, 
 		if ev.Type == wire.EventExit && ev.Signal == "SIGKILL" && oomErr == nil {
 			if after, err := oomKills(ctx, drv, id); err == nil && after > before {
 				ev.OOMKilled = true
+				m.noteOOM(e, before, after)
 			}
 		}
 		return fn(ev)
@@ -230,5 +232,29 @@ func (m *Manager) checkAlive(ctx context.Context, e *entry) {
 		return
 	}
 	defer unlock()
-	m.setError(ctx, e, fmt.Errorf("sandbox %s stopped unexpectedly (instance is %s)", id, st))
+	cause := fmt.Errorf("sandbox %s stopped unexpectedly (instance is %s)", id, st)
+	if n, err := oomKills(ctx, m.drivers[runtime], id); err == nil && m.noteOOM(e, -1, n) {
+		cause = fmt.Errorf("sandbox %s stopped unexpectedly (instance is %s) after an OOM kill: it went past its memory limit", id, st)
+	}
+	m.setError(ctx, e, cause)
+}
+
+// noteOOM publishes events.OOMKilled when after, the OOM-kill count of
+// e's instance, is past both the count reported before and before (the
+// count when an exec began; -1 when not known), and reports whether it
+// did: one event per kill, however many execs see it. With neither count
+// known (an instance found at Start, seen only dead), it publishes
+// nothing rather than report kills that may be old.
+func (m *Manager) noteOOM(e *entry, before, after int64) bool {
+	m.mu.Lock()
+	base := max(e.oomKills, before)
+	if base < 0 || after <= base {
+		m.mu.Unlock()
+		return false
+	}
+	e.oomKills = after
+	sb := e.sb.clone()
+	m.mu.Unlock()
+	m.emit(events.OOMKilled, sb, nil)
+	return true
 }

@@ -77,6 +77,12 @@ func (m *Manager) createFromSnapshot(ctx context.Context, spec Spec) (Sandbox, e
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "snapshot %q holds the memory of a %s sandbox and restores only on %s", s.Name, s.Runtime, s.Runtime)
 	}
 	fillSpec(&spec, s)
+	// The quota counts the limits the snapshot gives.
+	releaseQuota, err := m.reserveQuota(ctx, spec.limits(), 1)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer releaseQuota()
 	src := &restoreSource{dir: dir, memory: s.Kind == SnapshotMemory}
 	if !s.VolumesCopied {
 		spec.Mounts = s.Mounts

@@ -7,10 +7,8 @@ import (
 	"hash/fnv"
 	"slices"
 
-	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // What a fork does with the source's volumes (ForkOptions.Volumes).
@@ -129,7 +127,7 @@ func (m *Manager) admitForks(ctx context.Context, spec Spec, n int) ([]Sandbox, 
 		if err != nil {
 			return nil, nil, err
 		}
-		sb.Owner, sb.Tenant = admission.Principal(ctx), tenancy.Owner(ctx)
+		sb.createdBy(ctx)
 		out[i], drv = sb, d
 	}
 	return out, drv, nil

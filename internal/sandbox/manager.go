@@ -164,6 +164,10 @@ type entry struct {
 	// savedPaused says that the sandbox's memory was checkpointed while
 	// it was paused, which gVisor allows once per pause (capture); under op.
 	savedPaused bool
+	// oomKills is the OOM-kill count of the sandbox's instance that
+	// events.OOMKilled has reported (noteOOM), -1 when not known (an
+	// instance found at Start); under m.mu.
+	oomKills int64
 }
 
 // New validates cfg and returns a Manager; call Start to load state.

@@ -444,15 +444,7 @@ func TestDeadInstanceBecomesErrorAndDeletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.drv.Kill(sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	err = h.m.Exec(ctx, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil })
-	if !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Fatalf("exec in a dead sandbox: %v", err)
-	}
-	got, _ := h.m.Get(context.Background(), sb.ID)
-	if got.State != StateError || !strings.Contains(got.Error, "stopped unexpectedly") {
+	if got := h.killAndExec(t, sb.ID); !strings.Contains(got.Error, "stopped unexpectedly") {
 		t.Fatalf("after the instance died: %+v", got)
 	}
 	err = h.m.Exec(ctx, sb.ID, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil })
@@ -466,6 +458,24 @@ func TestDeadInstanceBecomesErrorAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.assertClean(t)
+}
+
+// killAndExec kills sandbox id's instance, checks that the next exec
+// finds it dead and the sandbox then in the error state, and returns it.
+func (h *harness) killAndExec(t *testing.T, id string) Sandbox {
+	t.Helper()
+	if err := h.drv.Kill(id); err != nil {
+		t.Fatal(err)
+	}
+	err := h.m.Exec(t.Context(), id, wire.ExecRequest{Cmd: []string{"true"}}, func(wire.ExecEvent) error { return nil })
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("exec in a dead sandbox: %v", err)
+	}
+	got, _ := h.m.Get(context.Background(), id)
+	if got.State != StateError {
+		t.Fatalf("after the instance died: %+v", got)
+	}
+	return got
 }
 
 // TestFailedDeleteCanBeRetried: a delete that fails leaves the sandbox in

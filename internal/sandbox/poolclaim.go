@@ -20,20 +20,17 @@ import (
 func (m *Manager) claim(ctx context.Context, spec Spec) (Spec, Sandbox, bool, error) {
 	m.pools.mu.Lock()
 	none := len(m.pools.m) == 0
-	var named *Pool
-	if p := m.pools.m[spec.Pool]; p != nil {
-		named = &p.def
-	}
 	m.pools.mu.Unlock()
 	if spec.Pool == "" && none {
 		return spec, Sandbox{}, false, nil
 	}
+	named, ok := m.poolDef(spec.Pool)
 	if spec.Pool != "" {
-		if named == nil {
+		if !ok {
 			return spec, Sandbox{}, false, errdefs.Errorf(errdefs.ErrNotFound, "pool %q not found", spec.Pool)
 		}
 		var err error
-		if spec, err = fitPool(spec, *named); err != nil {
+		if spec, err = fitPool(spec, named); err != nil {
 			return spec, Sandbox{}, false, err
 		}
 	}
@@ -69,6 +66,16 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Spec, Sandbox, bool, er
 		m.log.Warn("warm pool member unusable; trying the next", "sandbox_id", id, "err", err)
 		m.deleteMembers(context.WithoutCancel(ctx), []string{id})
 	}
+}
+
+// poolDef returns the definition of pool name, if there is one.
+func (m *Manager) poolDef(name string) (Pool, bool) {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	if p := m.pools.m[name]; p != nil {
+		return p.def, true
+	}
+	return Pool{}, false
 }
 
 // fitPool completes spec from pool def, which it names: the template and
@@ -143,7 +150,7 @@ func (m *Manager) takeMember(want Sandbox, name string) (id, pool string) {
 func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox, error) {
 	// The member is the operator's until it is claimed: look it up and
 	// shape it as the daemon, and give it to the caller's tenant.
-	owner := tenancy.Owner(ctx)
+	claimer, _ := tenancy.From(ctx)
 	ctx = tenancy.AsDaemon(ctx)
 	if err := m.ping(ctx, id, 2*time.Second); err != nil {
 		return Sandbox{}, err
@@ -175,7 +182,7 @@ func (m *Manager) handOut(ctx context.Context, id string, want Sandbox) (Sandbox
 		m.mu.Unlock()
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "warm pool member %s changed while being claimed", id)
 	}
-	e.sb.Pool, e.sb.Owner, e.sb.Tenant = "", want.Owner, owner
+	e.sb.Pool, e.sb.Owner, e.sb.Tenant, e.sb.Key = "", want.Owner, claimer.Tenant, claimer.Key
 	e.sb.Env, e.sb.Metadata = cloneMap(want.Env), cloneMap(want.Metadata)
 	e.sb.CreatedAt, e.sb.Deadline = want.CreatedAt, want.Deadline
 	e.sb.IdleTimeout, e.sb.OnDeadline, e.sb.OnIdle = want.IdleTimeout, want.OnDeadline, want.OnIdle

@@ -52,14 +52,17 @@ func (m *Manager) reserveQuota(ctx context.Context, lim Limits, n int) (release 
 	return m.reserve(p, add, n)
 }
 
-// reserveRunning checks that a stopped sandbox with limits lim may run
-// again: it counts for sandboxes and disk already, not for memory and CPU.
-func (m *Manager) reserveRunning(ctx context.Context, lim Limits) (release func(), err error) {
+// reserveMore checks that a sandbox the caller's tenant already has may
+// take add more, and holds it as in flight until release: the memory and
+// CPU of a stopped sandbox that starts again (it counts for sandboxes and
+// disk already), or what a running one grows by. Nothing more is never
+// refused.
+func (m *Manager) reserveMore(ctx context.Context, add usage) (release func(), err error) {
 	p, ok := tenancy.From(ctx)
-	if !ok || p.Quota == (tenancy.Quota{}) {
+	if !ok || p.Quota == (tenancy.Quota{}) || add == (usage{}) {
 		return func() {}, nil
 	}
-	return m.reserve(p, usage{memory: lim.MemoryBytes, milliCPUs: lim.MilliCPUs}, 0)
+	return m.reserve(p, add, 0)
 }
 
 // reserve holds add for p's tenant, counting n more creates against its
@@ -96,7 +99,7 @@ func (m *Manager) reserve(p tenancy.Principal, add usage, n int) (release func()
 		{"disk", use.disk, q.DiskBytes, " MiB", 1 << 20},
 	} {
 		if c.max > 0 && c.have > c.max {
-			return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "tenant %s's %s quota is %s%s; this create would take it to %s%s (delete sandboxes to make room)",
+			return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "tenant %s's %s quota is %s%s; this would take it to %s%s (delete sandboxes to make room)",
 				tenant, c.what, num(float64(c.max)/c.scale), c.unit, num(float64(c.have)/c.scale), c.unit)
 		}
 	}

@@ -7,10 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralrun/corral/internal/admission"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
-	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // A ready snapshot is a memory snapshot of a new sandbox of a template,
@@ -75,7 +73,7 @@ func (m *Manager) CaptureReady(ctx context.Context, template, runtime string) (_
 	if err != nil {
 		return Template{}, err
 	}
-	sb.Owner, sb.Tenant = admission.Principal(ctx), tenancy.Owner(ctx)
+	sb.createdBy(ctx)
 	// Cold on purpose: a capture from the former ready snapshot would
 	// keep what that one holds.
 	if sb, err = m.create(ctx, sb, drv, nil, nil); err != nil {

@@ -69,7 +69,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			mv = move{to: to}
 		}
 		mv.observed = true
-		e := &entry{sb: sb}
+		e := &entry{sb: sb, oomKills: -1}
 		if _, err := m.transition(ctx, e, mv); err != nil {
 			return err
 		}

@@ -34,7 +34,8 @@ type Update struct {
 // makes the kernel reclaim and, failing that, the runtime refuses the
 // change or the kernel OOM-kills processes inside; the sandbox keeps
 // running either way. Growth beyond the host capacity of admission
-// control is refused with errdefs.ErrBusy. New timers start the idle clock
+// control is refused with errdefs.ErrBusy, and beyond the caller's
+// tenant's quota with errdefs.ErrResourceExhausted. New timers start the idle clock
 // again; the deadline changes only through SetTimeout. Update serializes
 // with other lifecycle operations on the same sandbox.
 func (m *Manager) Update(ctx context.Context, id string, u Update) (Sandbox, error) {
@@ -75,6 +76,13 @@ func (m *Manager) update(ctx context.Context, id string, u Update, members bool)
 	var rollback undo.Stack
 	defer rollback.OnError(ctx, &err)
 	if p.upd != nil {
+		// A stopped sandbox holds no memory or CPU: its start checks them.
+		grow := usage{memory: max(0, p.limits.MemoryBytes-sb.MemoryBytes), milliCPUs: max(0, p.limits.MilliCPUs-sb.MilliCPUs)}
+		releaseQuota, err := m.reserveMore(ctx, grow)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		defer releaseQuota()
 		if err := m.applyLimits(ctx, &rollback, sb, p); err != nil {
 			return Sandbox{}, err
 		}

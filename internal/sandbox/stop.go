@@ -89,6 +89,7 @@ func (m *Manager) Stop(ctx context.Context, id string) (Sandbox, error) {
 // m.mu (move.edit).
 func stoppedEntry(e *entry) {
 	e.agent, e.netEnv, e.savedPaused = nil, nil, false
+	e.oomKills = 0 // the next start's instance counts from 0
 	e.sb.Deadline, e.sb.Error = time.Time{}, ""
 	e.act.last.Store(0)
 }
@@ -187,7 +188,7 @@ func (m *Manager) StartFor(ctx context.Context, id string, timeout time.Duration
 	if !ok {
 		return Sandbox{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s: runtime %q is not available on this daemon", id, sb.Runtime)
 	}
-	releaseQuota, err := m.reserveRunning(ctx, Limits{MilliCPUs: sb.MilliCPUs, MemoryBytes: sb.MemoryBytes})
+	releaseQuota, err := m.reserveMore(ctx, usage{memory: sb.MemoryBytes, milliCPUs: sb.MilliCPUs})
 	if err != nil {
 		return Sandbox{}, err
 	}

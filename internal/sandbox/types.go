@@ -67,6 +67,11 @@ type Sandbox struct {
 	// Tenant owns the sandbox (tenancy.Owner of its creator; "" is the
 	// operator's): other tenants neither see nor touch it.
 	Tenant string `json:"tenant,omitempty"`
+	// Key names the API key the sandbox was created with
+	// (tenancy.Principal.Key; "" for the unix socket and the daemon), so
+	// that calls made with the sandbox's own credentials, such as the E2B
+	// envd access token, are on record under that key.
+	Key string `json:"key,omitempty"`
 	// Owner is the principal the sandbox was created for (admission.WithPrincipal),
 	// so that per-principal limits hold across a restart. It names an API
 	// key by digest only.

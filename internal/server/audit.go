@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/corralrun/corral/internal/audit"
@@ -13,9 +15,9 @@ import (
 	"github.com/corralrun/corral/internal/wire"
 )
 
-// mutating reports whether requests of method change something, and so
+// Mutating reports whether requests of method change something, and so
 // are recorded in the audit log.
-func mutating(method string) bool {
+func Mutating(method string) bool {
 	switch method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		return true
@@ -23,22 +25,42 @@ func mutating(method string) bool {
 	return false
 }
 
-// audited records a call of route pattern in the audit log before h runs
-// (a record that cannot be stored refuses the call: nothing changes
-// unaudited) and, once h answered, its status and duration.
-func (s *Server) audited(pattern string, h http.HandlerFunc) http.HandlerFunc {
+// CallAudit records the API calls that change something in an audit log,
+// for this API and the E2B facade alike.
+type CallAudit struct {
+	// Log keeps the records; nil records nothing.
+	Log *audit.Log
+	// Logger receives the failures to record a call's outcome, which come
+	// after the call has run and so cannot refuse it.
+	Logger *slog.Logger
+	// Fail answers a call refused because its record could not be stored.
+	Fail func(http.ResponseWriter, *http.Request, error)
+}
+
+// Wrap returns h, for the route of pattern, recording each call (Record)
+// when the pattern's method changes something (Mutating), and h itself
+// otherwise.
+func (a CallAudit) Wrap(pattern string, record func(*http.Request) audit.Record, h http.HandlerFunc) http.HandlerFunc {
+	method, _, _ := strings.Cut(pattern, " ")
+	if !Mutating(method) {
+		return h
+	}
+	return a.Record(record, h)
+}
+
+// Record returns h recording each call: before h runs, as record makes it
+// of the request (a record that cannot be stored refuses the call with
+// errdefs.ErrUnavailable: nothing changes unaudited), and once h
+// answered (for a WebSocket, once its session ended), again with its
+// status and duration. Without a Log it returns h.
+func (a CallAudit) Record(record func(*http.Request) audit.Record, h http.HandlerFunc) http.HandlerFunc {
+	if a.Log == nil {
+		return h
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		rec := sandbox.AuditRecord(r.Context(), pattern, r.PathValue("id"))
-		for _, name := range []string{"name", "pid", "context"} {
-			if v := r.PathValue(name); v != "" {
-				if rec.Detail == nil {
-					rec.Detail = map[string]string{}
-				}
-				rec.Detail[name] = v
-			}
-		}
-		if err := s.cfg.Audit.Append(rec); err != nil {
-			s.writeError(w, r, errdefs.Errorf(errdefs.ErrUnavailable, "the audit log cannot be written, so nothing that changes state runs: %v", err))
+		rec := record(r)
+		if err := a.Log.Append(rec); err != nil {
+			a.Fail(w, r, errdefs.Errorf(errdefs.ErrUnavailable, "the audit log cannot be written, so nothing that changes state runs: %v", err))
 			return
 		}
 		start := time.Now()
@@ -49,9 +71,26 @@ func (s *Server) audited(pattern string, h http.HandlerFunc) http.HandlerFunc {
 			rec.Status = http.StatusOK
 		}
 		rec.DurationMS = float64(time.Since(start).Microseconds()) / 1000
-		if err := s.cfg.Audit.Append(rec); err != nil {
-			s.log.Error("recording an API call's outcome in the audit log", "action", pattern, "err", err)
+		if err := a.Log.Append(rec); err != nil {
+			a.Logger.Error("recording an API call's outcome in the audit log", "action", rec.Action, "err", err)
 		}
+	}
+}
+
+// callRecord returns the record of a call of route pattern: its caller,
+// the sandbox of {id}, and the route's other names.
+func callRecord(pattern string) func(*http.Request) audit.Record {
+	return func(r *http.Request) audit.Record {
+		rec := sandbox.AuditRecord(r.Context(), pattern, r.PathValue("id"))
+		for _, name := range []string{"name", "pid", "context"} {
+			if v := r.PathValue(name); v != "" {
+				if rec.Detail == nil {
+					rec.Detail = map[string]string{}
+				}
+				rec.Detail[name] = v
+			}
+		}
+		return rec
 	}
 }
 

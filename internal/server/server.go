@@ -76,10 +76,11 @@ func New(cfg Config) *Server {
 	if s.reg = cfg.Metrics; s.reg == nil {
 		s.reg = metrics.NewRegistry()
 	}
+	calls := CallAudit{Log: cfg.Audit, Logger: s.log, Fail: s.writeError}
 	for _, r := range s.routes() {
-		h := r.handler
-		if cfg.Audit != nil && mutating(strings.Fields(r.pattern)[0]) {
-			h = s.audited(r.pattern, h)
+		h := calls.Wrap(r.pattern, callRecord(r.pattern), r.handler)
+		if sessionRoutes[r.pattern] {
+			h = calls.Record(callRecord(r.pattern), r.handler)
 		}
 		if adminRoutes[r.pattern] {
 			h = adminOnly(s, h)
@@ -91,6 +92,11 @@ func New(cfg Config) *Server {
 	})
 	return s
 }
+
+// sessionRoutes change something though their method is GET: an attach
+// session writes stdin, resizes the terminal and sends signals. The audit
+// log records each session, as it starts and as it ends.
+var sessionRoutes = map[string]bool{"GET /v1/sandboxes/{id}/processes/{pid}/attach": true}
 
 type route struct {
 	pattern string

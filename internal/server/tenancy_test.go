@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -257,30 +258,87 @@ func grepLines(b []byte, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestQuotaHoldsAcrossStopAndStart checks that starting a stopped
-// sandbox again counts its memory against the tenant's quota.
-func TestQuotaHoldsAcrossStopAndStart(t *testing.T) {
-	admin, ts := newTestServer(t, "admin-secret")
-	ctx := t.Context()
-	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a", MaxMemoryMB: 256})
+// TestQuotaCountsWhatASandboxIsGiven checks that a tenant's memory quota
+// counts the memory a sandbox gets, not what its call asked for: a PATCH
+// that grows a running sandbox, a create from a snapshot (the snapshot's
+// limits), a create from a named pool (the pool's), and the start of a
+// stopped sandbox (which held none while stopped).
+func TestQuotaCountsWhatASandboxIsGiven(t *testing.T) {
+	tests := []struct {
+		name string
+		call func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error
+	}{
+		{"start a stopped sandbox", func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error {
+			if _, err := a.Stop(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 384}); err != nil {
+				t.Fatalf("a create while the other is stopped: %v", err)
+			}
+			_, err := a.Start(ctx, sb.ID, nil)
+			return err
+		}},
+		{"grow a running sandbox", func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error {
+			_, err := a.Update(ctx, sb.ID, corral.UpdateOptions{MemoryMB: 640})
+			return err
+		}},
+		{"create from a snapshot", func(ctx context.Context, a *corral.Client, sb *corral.Sandbox) error {
+			if _, err := a.CreateSnapshot(ctx, sb.ID, "s", nil); err != nil {
+				t.Fatal(err)
+			}
+			_, err := a.Create(ctx, corral.CreateOptions{FromSnapshot: "s"})
+			return err
+		}},
+		{"create from a named pool", func(ctx context.Context, a *corral.Client, _ *corral.Sandbox) error {
+			_, err := a.Create(ctx, corral.CreateOptions{Pool: "big"})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			admin, ts := newTestServer(t, "admin-secret")
+			ctx := t.Context()
+			if _, err := admin.SetPool(ctx, "big", corral.PoolOptions{Template: "bb", MemoryMB: 384, Size: 1}); err != nil {
+				t.Fatal(err)
+			}
+			k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a", MaxMemoryMB: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := corral.New(ts.URL, k.Key)
+			defer a.Close()
+			// 384 MiB of 512; the default is 128 MiB, which would fit.
+			sb, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 384})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.call(ctx, a, sb); corral.ErrorCode(err) != corral.CodeResourceExhausted || !strings.Contains(err.Error(), "memory quota is 512 MiB") {
+				t.Fatalf("past the memory quota: %v", err)
+			}
+			if got, err := a.Get(ctx, sb.ID); err != nil || got.MemoryMB != 384 {
+				t.Fatalf("after the refusal: %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+// newAuditedTenant serves the API with an audit log and returns the
+// admin's client, a client of a new tenant's key named name, that key,
+// and the log.
+func newAuditedTenant(t *testing.T, name string) (admin, c *corral.Client, k *corral.Key, log *audit.Log) {
+	t.Helper()
+	log, err := audit.Open(t.TempDir(), audit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := corral.New(ts.URL, k.Key)
-	defer a.Close()
-	first, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 256})
-	if err != nil {
+	t.Cleanup(func() { log.Close() })
+	admin, ts := newTestServer(t, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
+	if k, err = admin.CreateKey(t.Context(), corral.KeyOptions{Name: name}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Stop(ctx, first.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Create(ctx, corral.CreateOptions{Template: "bb", MemoryMB: 256}); err != nil {
-		t.Fatalf("a create while the other is stopped: %v", err)
-	}
-	if _, err := a.Start(ctx, first.ID, nil); corral.ErrorCode(err) != corral.CodeResourceExhausted {
-		t.Fatalf("starting past the memory quota: %v", err)
-	}
+	c, _ = corral.New(ts.URL, k.Key)
+	t.Cleanup(c.Close)
+	return admin, c, k, log
 }
 
 // TestAuditRecordsCommands checks that every way of starting a command
@@ -288,19 +346,8 @@ func TestQuotaHoldsAcrossStopAndStart(t *testing.T) {
 // exit after: exec, the command of POST /v1/run (sent to the agent while
 // the sandbox starts), and a background process.
 func TestAuditRecordsCommands(t *testing.T) {
-	log, err := audit.Open(t.TempDir(), audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	admin, ts := newTestServer(t, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
+	admin, c, k, _ := newAuditedTenant(t, "runner")
 	ctx := t.Context()
-	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "runner"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := corral.New(ts.URL, k.Key)
-	defer c.Close()
 
 	sb, res, err := c.Run(ctx, corral.RunOptions{Sandbox: corral.CreateOptions{Template: "bb"}, Exec: corral.ExecOptions{Cmd: []string{"echo", "from-run"}}})
 	if err != nil || res.ExitCode != 0 {
@@ -350,5 +397,101 @@ func TestAuditRecordsCommands(t *testing.T) {
 	}
 	if !ends["exec"] || !ends["process"] {
 		t.Errorf("exit records: %v", ends)
+	}
+}
+
+// TestAuditRecordsProcessInput checks that what a client does to a
+// running process is on record under its key, before and after: stdin
+// writes and close, signals, terminal resizes, and attach sessions, which
+// may do all of these.
+func TestAuditRecordsProcessInput(t *testing.T) {
+	_, c, _, log := newAuditedTenant(t, "typist")
+	ctx := t.Context()
+	sb, err := c.Create(ctx, corral.CreateOptions{Template: "bb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"cat"}, PTY: &corral.PTYSize{Cols: 80, Rows: 24}, OpenStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendStdin(ctx, sb.ID, p.PID, strings.NewReader("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, sb.ID, p.PID, corral.PTYSize{Cols: 100, Rows: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseStdin(ctx, sb.ID, p.PID); err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.StartProcess(ctx, sb.ID, corral.StartOptions{Cmd: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Attach(ctx, sb.ID, q.PID, corral.AttachOptions{})
+		done <- err
+	}()
+	// The attach session is on record before it starts; the signal then
+	// ends the process, and with it the session.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		_ = log.Query(ctx, audit.Filter{SandboxID: sb.ID}, func(r audit.Record) error {
+			if strings.HasSuffix(r.Action, "/attach") {
+				n++
+			}
+			return nil
+		})
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no record of the attach session")
+		}
+	}
+	if err := c.Signal(ctx, sb.ID, q.PID, "SIGKILL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// The attach session's end is recorded once its handler returns,
+	// which may be after the client saw the exit.
+	actions := []string{
+		"POST /v1/sandboxes/{id}/processes/{pid}/stdin",
+		"DELETE /v1/sandboxes/{id}/processes/{pid}/stdin",
+		"POST /v1/sandboxes/{id}/processes/{pid}/resize",
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal",
+		"GET /v1/sandboxes/{id}/processes/{pid}/attach",
+	}
+	// got[action] has bit 1 for a record before the call, 2 for one
+	// with its status after.
+	var got map[string]int
+	complete := func() bool {
+		for _, action := range actions {
+			if got[action] != 3 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); !complete() && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = map[string]int{}
+		err := log.Query(ctx, audit.Filter{SandboxID: sb.ID, Key: "typist"}, func(r audit.Record) error {
+			if strings.Contains(r.Action, "/processes/{pid}/") && r.Detail["pid"] != "" {
+				got[r.Action] |= map[bool]int{true: 1, false: 2}[r.Status == 0]
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, action := range actions {
+		if got[action] != 3 {
+			t.Errorf("%s on record before and after: %b, want 11", action, got[action])
+		}
 	}
 }

@@ -13,11 +13,13 @@
 // # Events
 //
 // The bus's types are sent under these names: created, running, paused,
-// resumed, stopped, started, deleted; timeout as "expired" (a "deleted"
-// follows) and error as "failed" (the sandbox entered the error state;
-// the payload's error says why). Stream-level bus events, without a
-// sandbox ID, are not sent. A process killed for running out of memory is
-// reported by its exec (oom_killed), not on the bus, so no webhook says so.
+// resumed, stopped, started, deleted, oom_killed; timeout as "expired" (a
+// "deleted" follows) and error as "failed" (the sandbox entered the error
+// state; the payload's error says why). oom_killed says the kernel killed
+// a process of the sandbox, or the whole sandbox, for going past its
+// memory limit: once per kill the daemon learns of, when an exec's process
+// dies of it or the sandbox's instance does (a "failed" follows). Stream-level
+// bus events, without a sandbox ID, are not sent.
 //
 // # Requests
 //

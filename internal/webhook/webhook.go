@@ -49,6 +49,8 @@ var names = map[string]string{
 	events.Deleted: "deleted",
 	events.Timeout: "expired",
 	events.Error:   "failed",
+
+	events.OOMKilled: "oom_killed",
 }
 
 // Options configure a Sender.

@@ -189,6 +189,7 @@ func TestEventNames(t *testing.T) {
 		{events.Timeout, "expired"},
 		{events.Deleted, "deleted"},
 		{events.Error, "failed"},
+		{events.OOMKilled, "oom_killed"},
 	}
 	var want []string
 	for _, tt := range tests {

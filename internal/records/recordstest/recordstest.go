@@ -80,7 +80,7 @@ var created = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 func sandboxes(s Store) kind[sandbox.Sandbox] {
 	a := sandbox.Sandbox{ID: "a", Template: "t", Runtime: "runc", State: sandbox.StateCreating,
 		MemoryBytes: 64 << 20, Env: map[string]string{"K": "V"}, Metadata: map[string]string{"m": "1"},
-		CreatedAt: created, Deadline: created.Add(time.Minute)}
+		CreatedAt: created, Deadline: created.Add(time.Minute), Tenant: "team-a", Key: "ci"}
 	a2 := a
 	a2.State = sandbox.StateRunning
 	return kind[sandbox.Sandbox]{

@@ -281,7 +281,7 @@ class Volume:
 @dataclass
 class Event:
     """A lifecycle change of a sandbox (created, running, paused, resumed,
-    deleted, error, timeout, stopped, started)."""
+    deleted, error, timeout, stopped, started, oom_killed)."""
 
     type: str = ""
     time: Optional[_dt.datetime] = None
