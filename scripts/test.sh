@@ -23,7 +23,7 @@ CGO_ENABLED=1 go test -race -p 1 -count=1 -timeout 10m \
 	./internal/mcp ./internal/tenancy ./internal/metrics ./internal/mountinfo ./internal/network ./internal/network/fakenet ./internal/subreaper ./internal/refill \
 	./internal/sandbox ./internal/seccomp ./internal/server ./internal/snapshotdir \
 	./internal/storage/fake ./internal/storage/internal/fsutil ./internal/storage/internal/ovl \
-	./internal/records ./internal/records/memstore ./internal/rootfs ./internal/undo ./internal/untar ./internal/webhook ./internal/wire \
+	./internal/records ./internal/records/memstore ./internal/rootfs ./internal/secrets ./internal/undo ./internal/untar ./internal/webhook ./internal/wire \
 	./sdk
 # One package at a time (-p 1): several packages measure latency under
 # attack (test/hostile) or time streams, and on a 2-core machine two such
