@@ -115,7 +115,9 @@ func assignPlaceholders(p *egress.Policy, old egress.Policy) error {
 }
 
 // placeholderEnv is the environment a sandbox with policy p holds its
-// placeholders in.
+// placeholders in. It is added per command (withNetworkEnv), from the
+// policy of the moment, so that an update's new variables reach the next
+// command and a removed rule's variable does not.
 func placeholderEnv(p egress.Policy) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -250,7 +252,7 @@ func (m *Manager) setupNetwork(ctx context.Context, sb Sandbox) (*driver.Network
 		NetNSPath:  ns.NetNSPath,
 		ResolvConf: filepath.Join(dir, resolvConfFile),
 		Hosts:      filepath.Join(dir, hostsFile),
-		Env:        append(m.networkEnv(sb.ID, *ns), placeholderEnv(sb.Network)...),
+		Env:        m.networkEnv(sb.ID, *ns),
 	}
 	if trust {
 		n.CABundle, n.CACert = filepath.Join(dir, caBundleFile), filepath.Join(dir, caCertFile)

@@ -460,6 +460,16 @@ func TestNetworkSecretsAndTrustStore(t *testing.T) {
 	if got.Network.Placeholders[0].Placeholder != holder || got.Network.Placeholders[1].Placeholder == holder {
 		t.Errorf("placeholders after update: %+v", got.Network.Placeholders)
 	}
+	if out := execOut(t, h, sb.ID, wire.ExecRequest{Shell: "echo $API_KEY $OTHER"}); out != holder+" "+got.Network.Placeholders[1].Placeholder+"\n" {
+		t.Errorf("environment after update %q", out)
+	}
+	// A rule removed takes its variable with it from the next command on.
+	if _, err := h.m.UpdateNetwork(ctx, sb.ID, egress.Policy{Domains: policy.Domains, Placeholders: policy.Placeholders[1:]}); err != nil {
+		t.Fatal(err)
+	}
+	if out := execOut(t, h, sb.ID, wire.ExecRequest{Shell: "echo ${API_KEY-unset}"}); out != "unset\n" {
+		t.Errorf("a removed placeholder's variable: %q", out)
+	}
 	bad := policy
 	bad.Headers = []egress.HeaderRule{{Domain: "api.test", Name: "X-Key", Value: "{{secret:nosuch}}"}}
 	if _, err := h.m.UpdateNetwork(ctx, sb.ID, bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
