@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/corralrun/corral/internal/admission"
@@ -92,12 +91,9 @@ func (s *Server) requireKey(keys *tenancy.Keys, h http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		ctx, cancel := context.WithCancel(tenancy.With(r.Context(), p))
-		defer cancel()
+		ctx, stop := keys.Watch(tenancy.With(r.Context(), p), secret)
+		defer stop()
 		ctx = admission.WithPrincipal(ctx, admissionPrincipal(p, secret))
-		if p.Key != tenancy.BootstrapName {
-			go watchRevocation(ctx, keys, secret, cancel)
-		}
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -110,23 +106,4 @@ func admissionPrincipal(p tenancy.Principal, secret string) string {
 		return admission.APIKeyPrincipal(secret)
 	}
 	return "key:" + p.Key
-}
-
-// watchRevocation cancels a request whose key stops working, until ctx
-// ends.
-func watchRevocation(ctx context.Context, keys *tenancy.Keys, secret string, cancel context.CancelFunc) {
-	for {
-		// The channel first, then the check: a revocation between them
-		// closes this channel.
-		revoked := keys.Revoked()
-		if _, err := keys.Authenticate(secret); err != nil {
-			cancel()
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-revoked:
-		}
-	}
 }
