@@ -14,7 +14,8 @@ import (
 const TenantHeader = "X-Corral-Tenant"
 
 // adminRoutes change what every tenant shares (templates, pools) or read
-// across tenants (metrics, keys, the audit log): admin keys only.
+// across tenants (keys, the audit log): admin keys only. /metrics shows a
+// tenant its own sandboxes (metrics.go).
 var adminRoutes = map[string]bool{
 	"PUT /v1/templates/{name}":                   true,
 	"POST /v1/templates/{name}/build":            true,
@@ -27,7 +28,6 @@ var adminRoutes = map[string]bool{
 	"POST /v1/templates/{name}/from-snapshot":    true,
 	"PUT /v1/pools/{name}":                       true,
 	"DELETE /v1/pools/{name}":                    true,
-	"GET /metrics":                               true,
 	"GET /v1/keys":                               true,
 	"POST /v1/keys":                              true,
 	"DELETE /v1/keys/{name}":                     true,
