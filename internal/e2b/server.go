@@ -443,12 +443,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// admin refuses h to keys that are not admin keys: templates are shared
-// by every team, so only admins build, tag or delete them.
+// admin refuses h to keys that are not admin keys: the templates of the
+// template-build API and their tags are shared by every team, so only
+// admins build and tag them. A team makes its own templates through
+// Corral's API.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := tenancy.From(r.Context()); ok && !p.Admin {
-			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "templates are shared by every team: only admin keys build, tag or delete them"))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "the template-build API's templates and tags are shared by every team: only admin keys build or tag them (a team makes its own templates through Corral's API)"))
 			return
 		}
 		h(w, r)

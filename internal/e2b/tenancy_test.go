@@ -8,9 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/tenancy"
@@ -210,6 +214,70 @@ func endsUnauthenticated(t *testing.T, what string, c <-chan frame) {
 				t.Errorf("end of %s: %s, want code unauthenticated", what, f.data)
 			}
 			return
+		}
+	}
+}
+
+// TestTeamTemplates checks the E2B facade's template routes under the
+// tenant rule: a team sees the operator's templates and its own, another
+// team's answers 404 as an unknown one, and the operator's cannot be
+// deleted by a team.
+func TestTeamTemplates(t *testing.T) {
+	e, keys, _, secretA := newTenantEnv(t)
+	_, secretB, err := keys.Create(t.Context(), tenancy.KeyOptions{Name: "team-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asA := tenancy.With(t.Context(), tenancy.Principal{Tenant: "team-a", Key: "team-a"})
+	if _, err := e.m.CreateTemplate(asA, "a-tpl", "import", func(dir string) error {
+		return os.MkdirAll(filepath.Join(dir, "root"), 0o755)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	call := func(key, method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, e.ts.URL+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	listed := func(key string) []string {
+		t.Helper()
+		code, body := call(key, "GET", "/templates", "")
+		var list []templateInfo
+		if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil {
+			t.Fatalf("list: %d %s", code, body)
+		}
+		var out []string
+		for _, tpl := range list {
+			out = append(out, tpl.TemplateID)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"a-tpl", "bb"}, listed(secretA)); diff != "" {
+		t.Errorf("team-a lists (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"bb"}, listed(secretB)); diff != "" {
+		t.Errorf("team-b lists (-want +got):\n%s", diff)
+	}
+	for _, tt := range []struct {
+		name, key, method, path, body string
+		want                          int
+	}{
+		{"team-b reads a's alias", secretB, "GET", "/templates/aliases/a-tpl", "", http.StatusNotFound},
+		{"team-b creates from a's template", secretB, "POST", "/sandboxes", `{"templateID":"a-tpl"}`, http.StatusNotFound},
+		{"team-b deletes a's template", secretB, "DELETE", "/templates/a-tpl", "", http.StatusNotFound},
+		{"team-a deletes the operator's template", secretA, "DELETE", "/templates/bb", "", http.StatusForbidden},
+		{"team-a reads its alias", secretA, "GET", "/templates/aliases/a-tpl", "", http.StatusOK},
+		{"team-a deletes its template", secretA, "DELETE", "/templates/a-tpl", "", http.StatusNoContent},
+	} {
+		if code, body := call(tt.key, tt.method, tt.path, tt.body); code != tt.want {
+			t.Errorf("%s: %d %s, want %d", tt.name, code, body, tt.want)
 		}
 	}
 }

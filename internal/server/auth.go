@@ -13,19 +13,14 @@ import (
 // send it.
 const TenantHeader = "X-Corral-Tenant"
 
-// adminRoutes change what every tenant shares (templates, pools) or read
-// across tenants (keys, the audit log): admin keys only. /metrics shows a
-// tenant its own sandboxes (metrics.go).
+// adminRoutes change what every tenant shares (pools, and the ready
+// snapshots of templates, which hold memory of the host's) or read across
+// tenants (keys, the audit log): admin keys only. A tenant makes, changes
+// and deletes its own templates (the Manager checks whose a template is);
+// /metrics shows a tenant its own sandboxes (metrics.go).
 var adminRoutes = map[string]bool{
-	"PUT /v1/templates/{name}":                   true,
-	"POST /v1/templates/{name}/build":            true,
-	"POST /v1/templates/{name}/pull":             true,
-	"DELETE /v1/templates/{name}":                true,
-	"PUT /v1/templates/{name}/service":           true,
-	"DELETE /v1/templates/{name}/service":        true,
 	"POST /v1/templates/{name}/ready-snapshot":   true,
 	"DELETE /v1/templates/{name}/ready-snapshot": true,
-	"POST /v1/templates/{name}/from-snapshot":    true,
 	"PUT /v1/pools/{name}":                       true,
 	"DELETE /v1/pools/{name}":                    true,
 	"GET /v1/keys":                               true,

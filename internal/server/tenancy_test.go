@@ -562,3 +562,98 @@ func TestMetricsFollowTenants(t *testing.T) {
 		t.Errorf("families of team-a's scrape (-want +got):\n%s\n%s", diff, text)
 	}
 }
+
+// TestTenantTemplates checks who sees and changes templates: a tenant
+// makes its own, which another tenant cannot see, use, delete or take
+// the name of; the operator's are everyone's to use and the admins' to
+// change; pools, which every tenant shares, hold no tenant's template.
+func TestTenantTemplates(t *testing.T) {
+	admin, ts := newTestServer(t, "admin-secret")
+	ctx := t.Context()
+	a, _ := newTenant(t, admin, ts.URL, "team-a")
+	b, _ := newTenant(t, admin, ts.URL, "team-b")
+
+	own, err := a.ImportTemplate(ctx, "a-tpl", emptyTar())
+	if err != nil {
+		t.Fatalf("a tenant makes a template: %v", err)
+	}
+	if own.Tenant != "team-a" {
+		t.Fatalf("tenant of a's template %q", own.Tenant)
+	}
+	names := func(c *corral.Client) []string {
+		t.Helper()
+		ts, err := c.Templates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tpl := range ts {
+			out = append(out, tpl.Name+"/"+tpl.Tenant)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		c    *corral.Client
+		want []string
+	}{
+		{"team-a", a, []string{"a-tpl/team-a", "bb/"}},
+		{"team-b", b, []string{"bb/"}},
+		{"admin", admin, []string{"a-tpl/team-a", "bb/"}},
+	} {
+		if diff := cmp.Diff(tt.want, names(tt.c)); diff != "" {
+			t.Errorf("templates %s lists (-want +got):\n%s", tt.name, diff)
+		}
+	}
+
+	notFound := func(what string, err error) {
+		t.Helper()
+		if corral.ErrorCode(err) != corral.CodeNotFound {
+			t.Errorf("team-b, %s of a's template: %v, want not_found", what, err)
+		}
+	}
+	_, err = b.Template(ctx, "a-tpl")
+	notFound("get", err)
+	_, err = b.Create(ctx, corral.CreateOptions{Template: "a-tpl"})
+	notFound("create from", err)
+	notFound("delete", b.DeleteTemplate(ctx, "a-tpl"))
+	_, err = b.SetTemplateService(ctx, "a-tpl", nil)
+	notFound("set service", err)
+	_, err = b.ImportTemplate(ctx, "a-tpl", emptyTar())
+	if corral.ErrorCode(err) != corral.CodeAlreadyExists || strings.Contains(err.Error(), "team-a") {
+		t.Errorf("team-b takes a's template name: %v, want already_exists not naming the owner", err)
+	}
+
+	denied := func(what string, err error) {
+		t.Helper()
+		if corral.ErrorCode(err) != corral.CodePermissionDenied {
+			t.Errorf("team-a, %s of the operator's template: %v, want permission_denied", what, err)
+		}
+	}
+	denied("delete", a.DeleteTemplate(ctx, "bb"))
+	_, err = a.SetTemplateService(ctx, "bb", nil)
+	denied("set service", err)
+	if _, err := a.Template(ctx, "bb"); err != nil {
+		t.Errorf("team-a gets the operator's template: %v", err)
+	}
+
+	sb, err := a.Create(ctx, corral.CreateOptions{Template: "a-tpl"})
+	if err != nil {
+		t.Fatalf("team-a creates from its template: %v", err)
+	}
+	if _, err := admin.SetPool(ctx, "warm-a", corral.PoolOptions{Template: "a-tpl", Size: 1}); corral.ErrorCode(err) != corral.CodeFailedPrecondition {
+		t.Errorf("a pool of a tenant's template: %v, want failed_precondition", err)
+	}
+	if _, err := admin.Template(ctx, "a-tpl"); err != nil {
+		t.Errorf("admin gets a's template: %v", err)
+	}
+	if err := a.DeleteTemplate(ctx, "a-tpl"); corral.ErrorCode(err) != corral.CodeFailedPrecondition {
+		t.Errorf("delete of a template in use: %v", err)
+	}
+	if err := a.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteTemplate(ctx, "a-tpl"); err != nil {
+		t.Errorf("team-a deletes its template: %v", err)
+	}
+}
