@@ -217,20 +217,19 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 		m.mu.Unlock()
 		return err
 	}
-	var users []string
+	users := map[string]string{}
 	for id, e := range m.sandboxes {
 		if e.sb.Template == name {
-			users = append(users, id)
+			users[id] = e.sb.Tenant
 		}
 	}
 	if len(users) > 0 {
 		m.mu.Unlock()
-		slices.Sort(users)
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d sandbox(es): %s", name, len(users), strings.Join(users, ", "))
+		return usedBy(ctx, name, "sandbox(es)", users)
 	}
 	if snaps := m.snapshotUsers(name); len(snaps) > 0 {
 		m.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d snapshot(s): %s", name, len(snaps), strings.Join(snaps, ", "))
+		return usedBy(ctx, name, "snapshot(s)", snaps)
 	}
 	t := m.templates[name]
 	delete(m.templates, name)
@@ -248,6 +247,25 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 		return fmt.Errorf("forgetting template %q: %w", name, err)
 	}
 	return nil
+}
+
+// usedBy is the refusal to delete template name while users (sandboxes or
+// snapshots, by name, with their tenants) hold it. It names the users the
+// caller of ctx sees and only counts the others, whose names are other
+// tenants' to know.
+func usedBy(ctx context.Context, name, what string, users map[string]string) error {
+	var seen []string
+	for u, tenant := range users {
+		if tenancy.Sees(ctx, tenant) {
+			seen = append(seen, u)
+		}
+	}
+	slices.Sort(seen)
+	list := strings.Join(seen, ", ")
+	if others := len(users) - len(seen); others > 0 {
+		list = strings.TrimPrefix(fmt.Sprintf("%s, %d of other tenants", list, others), ", ")
+	}
+	return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d %s: %s", name, len(users), what, list)
 }
 
 // Templates lists the templates the caller of ctx sees, by name: the

@@ -647,11 +647,19 @@ func TestTenantTemplates(t *testing.T) {
 	if _, err := admin.Template(ctx, "a-tpl"); err != nil {
 		t.Errorf("admin gets a's template: %v", err)
 	}
-	if err := a.DeleteTemplate(ctx, "a-tpl"); corral.ErrorCode(err) != corral.CodeFailedPrecondition {
+	other, err := admin.Create(ctx, corral.CreateOptions{Template: "a-tpl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The refusal names team-a's sandbox, not the operator's.
+	if err := a.DeleteTemplate(ctx, "a-tpl"); corral.ErrorCode(err) != corral.CodeFailedPrecondition ||
+		!strings.Contains(err.Error(), sb.ID+", 1 of other tenants") || strings.Contains(err.Error(), other.ID) {
 		t.Errorf("delete of a template in use: %v", err)
 	}
-	if err := a.Delete(ctx, sb.ID); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{sb.ID, other.ID} {
+		if err := admin.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := a.DeleteTemplate(ctx, "a-tpl"); err != nil {
 		t.Errorf("team-a deletes its template: %v", err)
