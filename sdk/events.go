@@ -129,7 +129,10 @@ func (s *EventStream) All() iter.Seq2[Event, error] {
 // Close ends the subscription.
 func (s *EventStream) Close() error { return s.body.Close() }
 
-// Metrics returns the daemon's metrics in the Prometheus text format.
+// Metrics returns the daemon's metrics in the Prometheus text format: all
+// of them for an admin key, and for a tenant's key the series of its own
+// sandboxes only (corral_sandboxes and the per-sandbox series, which carry
+// a tenant label).
 func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 	resp, err := c.do(ctx, "GET", "/metrics", nil, nil, "")
 	if err != nil {

@@ -12,6 +12,10 @@ import (
 // Template is a root file system that sandboxes start from.
 type Template struct {
 	Name string `json:"name"`
+	// Tenant owns the template; "" is the operator's, which every tenant
+	// sees and uses. A tenant sees the operator's templates and its own,
+	// and changes or deletes its own only.
+	Tenant string `json:"tenant,omitempty"`
 	// Source says how it was made: "import", "pull", "build" or a recipe
 	// name.
 	Source    string    `json:"source"`
@@ -30,7 +34,8 @@ type Template struct {
 	ReadySnapshots map[string]string `json:"ready_snapshots,omitempty"`
 }
 
-// Templates lists templates by name.
+// Templates lists the templates the key sees, by name: the operator's and
+// its tenant's own (all of them for an admin key).
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 	var out []Template
 	if err := c.doJSON(ctx, "GET", "/v1/templates", nil, nil, &out); err != nil {
@@ -39,7 +44,8 @@ func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 	return out, nil
 }
 
-// Template returns one template by name.
+// Template returns one template by name; another tenant's is
+// CodeNotFound.
 func (c *Client) Template(ctx context.Context, name string) (*Template, error) {
 	var t Template
 	if err := c.doJSON(ctx, "GET", "/v1/templates/"+url.PathEscape(name), nil, nil, &t); err != nil {
@@ -52,7 +58,9 @@ func (c *Client) Template(ctx context.Context, name string) (*Template, error) {
 // root file system, or an image (an OCI image layout in a tar, or a
 // `docker save` archive), told apart by the daemon from the archive's
 // top-level names. An image's configuration becomes the template's
-// Defaults.
+// Defaults. The template belongs to the key's tenant. Names are one
+// namespace for all tenants: a name any tenant holds is
+// CodeAlreadyExists.
 func (c *Client) ImportTemplate(ctx context.Context, name string, tarball io.Reader) (*Template, error) {
 	resp, err := c.do(ctx, "PUT", "/v1/templates/"+url.PathEscape(name), nil, tarball, "application/x-tar")
 	if err != nil {
@@ -92,7 +100,9 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, opts BuildOptio
 	return readBuildStream(resp.Body, StreamOptions{Log: progress})
 }
 
-// DeleteTemplate removes a template no sandbox uses.
+// DeleteTemplate removes a template no sandbox uses. A tenant's key
+// deletes its tenant's templates only: the operator's are
+// CodePermissionDenied, another tenant's CodeNotFound.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/templates/"+url.PathEscape(name), nil, nil, nil)
 }

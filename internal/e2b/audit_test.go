@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -107,28 +106,8 @@ func TestControlCallsAudited(t *testing.T) {
 // created it: with the sandbox's access token as with that key itself.
 func TestEnvdCommandsAuditedUnderCreator(t *testing.T) {
 	log := openAuditLog(t)
-	keys, err := tenancy.NewKeys(t.Context(), tenancy.NewMemStore(), testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, secret, err := keys.Create(t.Context(), tenancy.KeyOptions{Name: "team-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnv(t, func(m *sandbox.Config, c *Config) { m.Audit, c.Keys = log, keys })
-	req, _ := http.NewRequest("POST", e.ts.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"bb"}`))
-	req.Header.Set("X-API-Key", secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var created map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&created)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create with team-a's key: %d %v", resp.StatusCode, created)
-	}
-	e.id, e.token = created["sandboxID"].(string), created["envdAccessToken"].(string)
+	e, _, k, secret := newTenantEnv(t, func(m *sandbox.Config, _ *Config) { m.Audit = log })
+	e.createAs(secret)
 
 	start := func(word string, hdr map[string]string) {
 		t.Helper()
@@ -142,7 +121,7 @@ func TestEnvdCommandsAuditedUnderCreator(t *testing.T) {
 	start("by-key", map[string]string{"X-API-Key": secret})
 
 	got := map[string]audit.Record{}
-	err = log.Query(t.Context(), audit.Filter{SandboxID: e.id}, func(r audit.Record) error {
+	err := log.Query(t.Context(), audit.Filter{SandboxID: e.id}, func(r audit.Record) error {
 		if len(r.Argv) == 3 {
 			got[r.Argv[2]] = r
 		}

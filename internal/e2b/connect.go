@@ -178,10 +178,11 @@ func (s *Server) streamContext(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// closedCause replaces the cancellation error of a stream ended by Close
-// with the reason, so the client reads "unavailable", not "canceled".
+// closedCause replaces the cancellation error of a stream ended by Close,
+// or by the revocation of its API key, with the reason, so the client
+// reads "unavailable" or "unauthenticated", not "canceled".
 func closedCause(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errdefs.ErrUnavailable) {
+	if cause := context.Cause(ctx); err != nil && (errors.Is(cause, errdefs.ErrUnavailable) || errors.Is(cause, errdefs.ErrUnauthenticated)) {
 		return cause
 	}
 	return err

@@ -57,7 +57,7 @@ func (s *Server) routeControl() {
 	s.handle("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	s.handle("POST /sandboxes/{id}/fork", s.fork)
 	s.handle("PUT /sandboxes/{id}/network", s.updateNetwork)
-	s.handle("DELETE /templates/{id}", s.admin(s.deleteTemplate))
+	s.handle("DELETE /templates/{id}", s.deleteTemplate)
 	s.handle("GET /templates", s.templates)
 	s.handle("GET /templates/aliases/{alias}", s.templateAlias)
 	s.routeVolumes()
@@ -348,7 +348,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec := sandbox.Spec{Template: s.resolveTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata, Mounts: mounts}
-	if _, err := s.m.Template(spec.Template); err != nil {
+	if _, err := s.m.Template(r.Context(), spec.Template); err != nil {
 		// E2B starts a sandbox from a snapshot by naming it as the template.
 		if _, serr := s.m.GetSnapshot(r.Context(), req.TemplateID); serr == nil {
 			spec.Template, spec.FromSnapshot = "", req.TemplateID
@@ -521,9 +521,11 @@ type templateInfo struct {
 	BuildStatus   string     `json:"buildStatus"`
 }
 
-func (s *Server) templates(w http.ResponseWriter, _ *http.Request) {
+// templates lists the templates the caller's team sees: the operator's
+// and its own.
+func (s *Server) templates(w http.ResponseWriter, r *http.Request) {
 	out := []templateInfo{}
-	for _, t := range s.m.Templates() {
+	for _, t := range s.m.Templates(r.Context()) {
 		out = append(out, templateInfo{TemplateID: t.Name, BuildID: t.Name, CPUCount: 1, Aliases: []string{t.Name},
 			Names: []string{t.Name}, CreatedAt: t.CreatedAt, UpdatedAt: t.CreatedAt, BuildCount: 1,
 			EnvdVersion: envdVersion, BuildStatus: "ready"})
@@ -533,7 +535,7 @@ func (s *Server) templates(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
 	alias := r.PathValue("alias")
-	if _, err := s.m.Template(s.resolveTemplate(alias)); err != nil {
+	if _, err := s.m.Template(r.Context(), s.resolveTemplate(alias)); err != nil {
 		s.writeAPIError(w, r, err)
 		return
 	}

@@ -37,7 +37,9 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
 	user := q.Get("username")
 	if sig := q.Get("signature"); sig != "" {
-		if _, ok := s.envdAuth(r, id); !ok {
+		_, stop, ok := s.envdAuth(r, id)
+		stop()
+		if !ok {
 			op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
 			if err := s.checkSignature(id, q.Get("path"), op, user, sig, q.Get("signature_expiration")); err != nil {
 				s.writeAPIError(w, r, err)

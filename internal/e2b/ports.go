@@ -23,7 +23,13 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id, port stri
 		return
 	}
 	tok := r.Header.Get("E2b-Traffic-Access-Token")
-	if _, ok := s.envdAuth(r, id); !ok && (tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1) {
+	// A connection proxied with an API key ends when the key is revoked
+	// (envdAuth); one with the access token outlives the key.
+	authed, stop, ok := s.envdAuth(r, id)
+	defer stop()
+	if ok {
+		r = authed
+	} else if tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1 {
 		s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated,
 			"missing or invalid credential for port %d of sandbox %s: send E2b-Traffic-Access-Token (the sandbox's access token) or X-API-Key", n, id))
 		return
@@ -34,7 +40,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id, port stri
 	// A bearer token that is an API key (any team's) stays out of the
 	// sandbox.
 	if _, ok := server.Credentials(r.Header, "Bearer"); ok {
-		if _, isKey := s.caller(r); isKey {
+		if _, _, isKey := s.key(r); isKey {
 			r.Header.Del("Authorization")
 		}
 	}

@@ -399,6 +399,6 @@ func (s *Server) templateWorkdir(id string) bool {
 	if err != nil {
 		return false
 	}
-	t, err := s.m.Template(sb.Template)
+	t, err := s.m.Template(context.Background(), sb.Template)
 	return err == nil && t.Defaults != nil && t.Defaults.WorkingDir != ""
 }

@@ -176,7 +176,8 @@ func (s *Server) Handler() http.Handler {
 				"no sandbox named: envd requests need the E2b-Sandbox-Id header (set E2B_SANDBOX_URL to this server)"))
 			return
 		}
-		r, ok := s.caller(r)
+		r, stop, ok := s.caller(r)
+		defer stop()
 		if !ok {
 			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid API key: send the daemon's API key as X-API-Key (E2B_API_KEY)"))
 			return
@@ -222,7 +223,8 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, id, port stri
 	}
 	// /files also accepts a signed URL (downloadUrl/uploadUrl); it checks
 	// the signature itself.
-	r, ok := s.envdAuth(r, id)
+	r, stop, ok := s.envdAuth(r, id)
+	defer stop()
 	if !ok && !(r.URL.Path == "/files" && r.URL.Query().Get("signature") != "") {
 		fail(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or invalid access token for sandbox %s: send X-Access-Token as returned at creation", id))
 		return
@@ -319,35 +321,51 @@ func (s *Server) accessToken(id string) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// caller authenticates the API key a request carries (X-API-Key, or a
-// bearer token) and returns the request with the key's principal in its
-// context: a key is a team, and sees its tenant's sandboxes only. Without
-// Config.Keys the daemon's one key is the only key, an admin.
-func (s *Server) caller(r *http.Request) (*http.Request, bool) {
+// key returns the principal of the API key a request carries (X-API-Key,
+// or a bearer token) and the key; ok is false without a valid one.
+// Without Config.Keys the daemon's one key is the only key, an admin.
+func (s *Server) key(r *http.Request) (p tenancy.Principal, key string, ok bool) {
 	got := r.Header.Get("X-API-Key")
 	if got == "" {
 		got, _ = server.Credentials(r.Header, "Bearer")
 	}
-	var p tenancy.Principal
 	switch {
 	case got == "":
-		return r, false
+		return p, "", false
 	case s.cfg.Keys != nil:
 		var err error
 		if p, err = s.cfg.Keys.Authenticate(got); err != nil {
-			return r, false
+			return p, "", false
 		}
 	case subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1:
 		p = tenancy.Principal{Key: tenancy.BootstrapName, Admin: true}
 	default:
-		return r, false
+		return p, "", false
 	}
-	principal := admission.APIKeyPrincipal(got)
+	return p, got, true
+}
+
+// caller authenticates the API key a request carries and returns the
+// request with the key's principal in its context: a key is a team, and
+// sees its tenant's sandboxes only. That context ends when the key is
+// deleted or rotated, so that the request's streams and proxied
+// connections end with it; stop ends the watch and must be called once
+// the request is done (it is a no-op when ok is false).
+func (s *Server) caller(r *http.Request) (_ *http.Request, stop func(), ok bool) {
+	p, key, ok := s.key(r)
+	if !ok {
+		return r, func() {}, false
+	}
+	principal := admission.APIKeyPrincipal(key)
 	if p.Key != tenancy.BootstrapName {
 		principal = "key:" + p.Key
 	}
-	ctx := admission.WithPrincipal(tenancy.With(r.Context(), p), principal)
-	return r.WithContext(ctx), true
+	ctx, stop := tenancy.With(r.Context(), p), func() {}
+	if s.cfg.Keys != nil {
+		ctx, stop = s.cfg.Keys.Watch(ctx, key)
+	}
+	ctx = admission.WithPrincipal(ctx, principal)
+	return r.WithContext(ctx), stop, true
 }
 
 // envdAuth authenticates a request for sandbox id's envd: with the
@@ -355,23 +373,29 @@ func (s *Server) caller(r *http.Request) (*http.Request, bool) {
 // the request with its caller's principal in its context, so that the
 // commands it starts are on record under a key: an API key's own, or, for
 // the access token, the sandbox's tenant and the key that created it
-// (not an admin: the token reaches this sandbox only).
-func (s *Server) envdAuth(r *http.Request, id string) (*http.Request, bool) {
+// (not an admin: the token reaches this sandbox only). A request with an
+// API key ends when the key is revoked (caller); one with the access
+// token does not, as the token is the sandbox's, not the key's. stop is
+// caller's.
+func (s *Server) envdAuth(r *http.Request, id string) (_ *http.Request, stop func(), ok bool) {
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
 		if subtle.ConstantTimeCompare([]byte(tok), []byte(s.accessToken(id))) != 1 {
-			return r, false
+			return r, func() {}, false
 		}
 		if sb, err := s.m.Get(r.Context(), id); err == nil {
 			r = r.WithContext(tenancy.With(r.Context(), tenancy.Principal{Tenant: sb.Tenant, Key: sb.Key}))
 		}
-		return r, true
+		return r, func() {}, true
 	}
-	r, ok := s.caller(r)
+	r, stop, ok = s.caller(r)
 	if !ok {
-		return r, false
+		return r, stop, false
 	}
-	_, err := s.m.Get(r.Context(), id)
-	return r, err == nil
+	if _, err := s.m.Get(r.Context(), id); err != nil {
+		stop()
+		return r, func() {}, false
+	}
+	return r, stop, true
 }
 
 // apiError is E2B's error body: {"code": <HTTP status>, "message": "..."}.
@@ -419,12 +443,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// admin refuses h to keys that are not admin keys: templates are shared
-// by every team, so only admins build, tag or delete them.
+// admin refuses h to keys that are not admin keys: the templates of the
+// template-build API and their tags are shared by every team, so only
+// admins build and tag them. A team makes its own templates through
+// Corral's API.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := tenancy.From(r.Context()); ok && !p.Admin {
-			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "templates are shared by every team: only admin keys build, tag or delete them"))
+			s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "the template-build API's templates and tags are shared by every team: only admin keys build or tag them (a team makes its own templates through Corral's API)"))
 			return
 		}
 		h(w, r)

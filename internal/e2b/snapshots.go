@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // This file maps E2B's snapshots and forks onto the Manager's. An E2B
@@ -73,13 +75,21 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // deleteTemplate is DELETE /templates/{id}: a snapshot (the SDK's
 // deleteSnapshot), the builds of a template that E2B's template-build
 // API made (all its tags), or a Corral template by name. A template that
-// a sandbox or snapshot uses stays, and the answer says so.
+// a sandbox or snapshot uses stays, and the answer says so. A team deletes
+// its own snapshots and templates; the builds of the template-build API
+// are the operator's, which only admin keys delete.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("id")
 	if _, err := s.m.GetSnapshot(r.Context(), name); err != nil {
+		if p, ok := tenancy.From(r.Context()); ok && !p.Admin && s.tags != nil {
+			if _, tagged := s.tags.resolve(name); tagged {
+				s.writeAPIError(w, r, errdefs.Errorf(errdefs.ErrPermissionDenied, "template %s was built through the template-build API, whose templates every team shares: only admin keys delete it", name))
+				return
+			}
+		}
 		ok, derr := s.deleteTemplateBuilds(r.Context(), name)
 		if !ok {
-			if _, terr := s.m.Template(name); terr != nil {
+			if _, terr := s.m.Template(r.Context(), name); terr != nil {
 				s.writeAPIError(w, r, err)
 				return
 			}

@@ -227,7 +227,7 @@ func (s *Server) newBuild(name string, tags []string) *build {
 	id := name
 	for {
 		_, taken := s.builds.m[id]
-		if _, err := s.m.Template(id); !taken && !s.tags.isOrphan(id) && errors.Is(err, errdefs.ErrNotFound) {
+		if !taken && !s.tags.isOrphan(id) && !s.m.TemplateExists(id) {
 			break
 		}
 		suffix := make([]byte, 4)

@@ -13,6 +13,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/ociimage"
 	"github.com/corralrun/corral/internal/templates"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // runBuild runs build b of body to its end and records the outcome. A
@@ -83,16 +84,16 @@ func (s *Server) buildTemplate(ctx context.Context, b *build, body buildBody) er
 // for a later call (sweepOrphans). A kept build is deleted only while it
 // is still the template it was (orphan) and untagged.
 func (s *Server) dropBuilds(ctx context.Context, builds []string) {
-	ctx = context.WithoutCancel(ctx)
+	ctx = tenancy.AsDaemon(context.WithoutCancel(ctx)) // the daemon's bookkeeping
 	todo := s.tags.takeOrphans()
 	for _, id := range builds {
-		if t, err := s.m.Template(id); err == nil {
+		if t, err := s.m.Template(ctx, id); err == nil {
 			todo = append(todo, orphan{Build: id, CreatedAt: t.CreatedAt})
 		}
 	}
 	var kept []orphan
 	for _, o := range todo {
-		t, err := s.m.Template(o.Build)
+		t, err := s.m.Template(ctx, o.Build)
 		if err != nil || !t.CreatedAt.Equal(o.CreatedAt) || len(s.tags.namesOf(o.Build)) > 0 {
 			continue // gone, made anew, or tagged again
 		}
@@ -251,7 +252,7 @@ func (s *Server) resolveTemplate(ref string) string {
 		}
 	}
 	if ref == codeInterpreterAlias {
-		if _, err := s.m.Template(ref); err != nil {
+		if !s.m.TemplateExists(ref) {
 			return codeInterpreterTemplate
 		}
 	}

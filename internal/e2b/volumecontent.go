@@ -54,7 +54,8 @@ func (s *Server) routeVolumeContent() {
 func (s *Server) volumeCall(h func(w http.ResponseWriter, r *http.Request, name, p string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("volumeID")
-		r, ok := s.volumeAuth(r, name)
+		r, stop, ok := s.volumeAuth(r, name)
+		defer stop()
 		if !ok {
 			s.writeVolumeError(w, r, errdefs.Errorf(errdefs.ErrUnauthenticated,
 				"missing or invalid token for volume %s: send Authorization: Bearer with the token of Volume.create or Volume.getInfo", name))
@@ -74,10 +75,10 @@ func (s *Server) volumeCall(h func(w http.ResponseWriter, r *http.Request, name,
 // volumeAuth authenticates a volume content request: by the volume's
 // own token, or by an API key, whose principal then travels with the
 // request so that the Manager answers not_found for another team's
-// volume.
-func (s *Server) volumeAuth(r *http.Request, name string) (*http.Request, bool) {
+// volume. stop is caller's.
+func (s *Server) volumeAuth(r *http.Request, name string) (_ *http.Request, stop func(), ok bool) {
 	if tok, ok := server.Credentials(r.Header, "Bearer"); ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.volumeToken(name))) == 1 {
-		return r, true
+		return r, func() {}, true
 	}
 	return s.caller(r)
 }

@@ -38,7 +38,7 @@ const (
 const OverflowCode = "resource_exhausted"
 
 // Types lists the event types a filter may name.
-var Types = []string{Created, Running, Paused, Resumed, Deleted, Error, Timeout, OOMKilled}
+var Types = []string{Created, Running, Paused, Resumed, Stopped, Started, Deleted, Error, Timeout, OOMKilled}
 
 // Event is one lifecycle change, as streamed by /v1/events.
 type Event struct {

@@ -58,13 +58,25 @@ func (r *Registry) add(name string, f family) {
 }
 
 // WriteText writes every family, sorted by name, in the text exposition
-// format. ctx bounds the families computed on scrape (GaugeFunc).
+// format. ctx bounds the families computed on scrape (GaugeFunc) and is
+// what their functions are given.
 func (r *Registry) WriteText(ctx context.Context, w io.Writer) error {
+	return r.WriteFamilies(ctx, w, nil)
+}
+
+// WriteFamilies is WriteText for the families named in names only (every
+// family when names is nil); names not registered are skipped.
+func (r *Registry) WriteFamilies(ctx context.Context, w io.Writer, names []string) error {
 	r.mu.Lock()
-	names := slices.Sorted(maps.Keys(r.fams))
-	fams := make([]family, len(names))
-	for i, n := range names {
-		fams[i] = r.fams[n]
+	if names == nil {
+		names = slices.Collect(maps.Keys(r.fams))
+	}
+	names = slices.Sorted(slices.Values(names))
+	var fams []family
+	for _, n := range slices.Compact(names) {
+		if f, ok := r.fams[n]; ok {
+			fams = append(fams, f)
+		}
 	}
 	r.mu.Unlock()
 	bw := bufio.NewWriter(w)

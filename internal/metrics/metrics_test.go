@@ -169,3 +169,22 @@ func BenchmarkWriteText(b *testing.B) {
 		}
 	}
 }
+
+func TestWriteFamilies(t *testing.T) {
+	r := NewRegistry()
+	r.Gauge("test_a", "A.")
+	r.Gauge("test_b", "B.")
+	r.Counter("test_c_total", "C.")
+	var buf bytes.Buffer
+	if err := r.WriteFamilies(t.Context(), &buf, []string{"test_c_total", "test_a", "test_unknown", "test_a"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Parse(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	want := map[string]string{"test_a": "gauge", "test_c_total": "counter"}
+	if diff := cmp.Diff(want, s.Types); diff != "" {
+		t.Errorf("families written (-want +got):\n%s", diff)
+	}
+}

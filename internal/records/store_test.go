@@ -36,7 +36,7 @@ func TestSandboxesSurviveReopen(t *testing.T) {
 	if err := s.DeleteSandbox(t.Context(), "missing"); err != nil {
 		t.Fatalf("deleting a missing record: %v", err)
 	}
-	if err := s.PutTemplate(t.Context(), sandbox.Template{Name: "t", Source: "busybox", CreatedAt: created}); err != nil {
+	if err := s.PutTemplate(t.Context(), sandbox.Template{Name: "t", Tenant: "acme", Source: "busybox", CreatedAt: created}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -57,7 +57,7 @@ func TestSandboxesSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]sandbox.Template{{Name: "t", Source: "busybox", CreatedAt: created}}, tmpls); diff != "" {
+	if diff := cmp.Diff([]sandbox.Template{{Name: "t", Tenant: "acme", Source: "busybox", CreatedAt: created}}, tmpls); diff != "" {
 		t.Fatalf("templates (-want +got):\n%s", diff)
 	}
 	if err := s.DeleteTemplate(t.Context(), "t"); err != nil {

@@ -82,7 +82,7 @@ func (spec Spec) limits() Limits {
 
 // createSpec admits spec for ctx's caller and creates it (see create).
 func (m *Manager) createSpec(ctx context.Context, spec Spec, src *restoreSource, started startedFunc) (Sandbox, error) {
-	sb, drv, err := m.admit(spec)
+	sb, drv, err := m.admit(ctx, spec)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -102,7 +102,7 @@ func (sb *Sandbox) createdBy(ctx context.Context) {
 
 // admit validates spec, applies defaults and bounds, and returns the new
 // sandbox record (state creating) and its driver.
-func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
+func (m *Manager) admit(ctx context.Context, spec Spec) (Sandbox, driver.Driver, error) {
 	rt := spec.Runtime
 	if rt == "" {
 		rt = m.cfg.DefaultRuntime
@@ -115,10 +115,10 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 		return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "template is required")
 	}
 	m.mu.RLock()
-	_, ok = m.templates[spec.Template]
+	_, err := m.templateOf(ctx, spec.Template)
 	m.mu.RUnlock()
-	if !ok {
-		return Sandbox{}, nil, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", spec.Template)
+	if err != nil {
+		return Sandbox{}, nil, err
 	}
 	for k := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -126,7 +126,7 @@ func (m *Manager) admit(spec Spec) (Sandbox, driver.Driver, error) {
 		}
 	}
 	lim := spec.limits()
-	lim, err := m.bound(lim)
+	lim, err = m.bound(lim)
 	if err != nil {
 		return Sandbox{}, nil, err
 	}

@@ -123,7 +123,7 @@ func (m *Manager) admitForks(ctx context.Context, spec Spec, n int) ([]Sandbox, 
 	out := make([]Sandbox, n)
 	var drv driver.Driver
 	for i := range out {
-		sb, d, err := m.admit(spec)
+		sb, d, err := m.admit(ctx, spec)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -403,7 +403,7 @@ func TestTemplates(t *testing.T) {
 	if err := h.m.DeleteTemplate(ctx, "tiny"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second template delete: %v", err)
 	}
-	if got := h.m.Templates(); len(got) != 0 {
+	if got := h.m.Templates(t.Context()); len(got) != 0 {
 		t.Fatalf("templates left: %v", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/storage"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // Metrics are the instruments the Manager and its helpers feed. The pool
@@ -34,6 +35,14 @@ type Metrics struct {
 // Metrics returns the Manager's instruments.
 func (m *Manager) Metrics() *Metrics { return m.met }
 
+// TenantMetrics names the families a tenant's key may read at /metrics:
+// those made of its own sandboxes. Their functions count, for a request
+// of a tenant, that tenant's sandboxes only (tenancy.Sees); the others
+// describe the whole host and are the admins'.
+func TenantMetrics() []string {
+	return []string{"corral_sandboxes", "corral_sandbox_memory_bytes", "corral_sandbox_cpu_seconds_total"}
+}
+
 // statsTTL is how long per-sandbox usage read for one scrape serves the
 // next ones: a scraper every few seconds costs one cgroup read per
 // sandbox, not one per scrape per family.
@@ -51,7 +60,7 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		AdmissionRefusals: r.Counter("corral_admission_refusals_total", "Creates refused by admission control, by reason.", "reason"),
 		AdmissionQueue:    r.Gauge("corral_admission_queue_length", "Creates waiting for capacity or a starting slot."),
 	}
-	r.GaugeFunc("corral_sandboxes", "Sandboxes by state and runtime.", []string{"state", "runtime"}, func(_ context.Context, emit metrics.Emit) {
+	r.GaugeFunc("corral_sandboxes", "Sandboxes by state and runtime.", []string{"state", "runtime"}, func(ctx context.Context, emit metrics.Emit) {
 		type key struct{ state, runtime string }
 		n := map[key]float64{}
 		for _, name := range m.runtimeNames() {
@@ -59,7 +68,9 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 		}
 		m.mu.RLock()
 		for _, e := range m.sandboxes {
-			n[key{e.sb.State.String(), e.sb.Runtime}]++
+			if tenancy.Sees(ctx, e.sb.Tenant) {
+				n[key{e.sb.State.String(), e.sb.Runtime}]++
+			}
 		}
 		m.mu.RUnlock()
 		for k, v := range n {
@@ -85,14 +96,16 @@ func (m *Manager) registerMetrics(r *metrics.Registry) *Metrics {
 	r.GaugeFunc("corral_event_subscribers", "Open lifecycle event streams.", nil, func(_ context.Context, emit metrics.Emit) {
 		emit(float64(m.bus.Subscribers()))
 	})
-	r.GaugeFunc("corral_sandbox_memory_bytes", "Memory used by each running or paused sandbox.", []string{"sandbox_id", "runtime"}, func(ctx context.Context, emit metrics.Emit) {
+	// The tenant label is the sandbox's owner ("" for the operator's).
+	perSandbox := []string{"sandbox_id", "runtime", "tenant"}
+	r.GaugeFunc("corral_sandbox_memory_bytes", "Memory used by each running or paused sandbox.", perSandbox, func(ctx context.Context, emit metrics.Emit) {
 		for _, u := range m.usage.read(ctx, m) {
-			emit(float64(u.stats.MemoryBytes), u.id, u.runtime)
+			emit(float64(u.stats.MemoryBytes), u.id, u.runtime, u.tenant)
 		}
 	})
-	r.CounterFunc("corral_sandbox_cpu_seconds_total", "CPU time used by each running or paused sandbox.", []string{"sandbox_id", "runtime"}, func(ctx context.Context, emit metrics.Emit) {
+	r.CounterFunc("corral_sandbox_cpu_seconds_total", "CPU time used by each running or paused sandbox.", perSandbox, func(ctx context.Context, emit metrics.Emit) {
 		for _, u := range m.usage.read(ctx, m) {
-			emit(float64(u.stats.CPUUsageNanos)/1e9, u.id, u.runtime)
+			emit(float64(u.stats.CPUUsageNanos)/1e9, u.id, u.runtime, u.tenant)
 		}
 	})
 	if q, ok := m.cfg.Storage.(storage.QuotaReporter); ok {
@@ -120,12 +133,13 @@ type usageCache struct {
 }
 
 type sandboxUsage struct {
-	id, runtime string
-	stats       driver.Stats
-	at          time.Time
+	id, runtime, tenant string
+	stats               driver.Stats
+	at                  time.Time
 }
 
-// read returns every running or paused sandbox's usage, read again from
+// read returns the usage of every running or paused sandbox the caller of
+// ctx sees (tenancy.Sees), read again from
 // its driver when the cached value is older than statsTTL. Drivers are
 // asked a few at a time under ctx, which bounds the scrape; sandboxes
 // whose stats are not read in time, or fail, are left out.
@@ -141,10 +155,16 @@ func (c *usageCache) read(ctx context.Context, m *Manager) []sandboxUsage {
 			continue
 		}
 		live[e.sb.ID] = true
+		if !tenancy.Sees(ctx, e.sb.Tenant) {
+			continue
+		}
+		// A pool member changes tenant when claimed: a cached value
+		// keeps its usage, not its owner.
 		if u, ok := c.entries[e.sb.ID]; ok && now.Sub(u.at) < statsTTL {
+			u.tenant = e.sb.Tenant
 			fresh = append(fresh, u)
 		} else {
-			todo = append(todo, sandboxUsage{id: e.sb.ID, runtime: e.sb.Runtime})
+			todo = append(todo, sandboxUsage{id: e.sb.ID, runtime: e.sb.Runtime, tenant: e.sb.Tenant})
 		}
 	}
 	m.mu.RUnlock()

@@ -113,7 +113,9 @@ func memberShape(sb Sandbox) Pool {
 // default runtime, an empty network mode the default mode. Members of an
 // older shape, and ready members beyond a smaller size, are deleted before
 // it returns; new members are made in the background. The store must
-// implement PoolStore.
+// implement PoolStore. Pools are shared by every tenant, and so are their
+// templates: a pool of a tenant's template is refused, so that no pool
+// shows or hands out a tenant's template to another.
 func (m *Manager) SetPool(ctx context.Context, def Pool) (PoolStatus, error) {
 	if err := ValidateTemplateName(def.Name); err != nil {
 		return PoolStatus{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invalid pool name %q: use lower-case letters, digits, '.', '_' and '-'", def.Name)
@@ -126,10 +128,16 @@ func (m *Manager) SetPool(ctx context.Context, def Pool) (PoolStatus, error) {
 		return PoolStatus{}, errdefs.Errorf(errdefs.ErrNotImplemented, "this daemon's store cannot keep pools")
 	}
 	// Check the shape the way a member's create would.
-	sb, _, err := m.admit(Spec{Template: def.Template, Runtime: def.Runtime, MilliCPUs: def.MilliCPUs,
+	sb, _, err := m.admit(ctx, Spec{Template: def.Template, Runtime: def.Runtime, MilliCPUs: def.MilliCPUs,
 		MemoryBytes: def.MemoryBytes, Pids: def.Pids, DiskBytes: def.DiskBytes, Network: egress.Policy{Mode: def.Network}})
 	if err != nil {
 		return PoolStatus{}, err
+	}
+	m.mu.RLock()
+	owner := m.templates[sb.Template].Tenant
+	m.mu.RUnlock()
+	if owner != "" {
+		return PoolStatus{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q belongs to a tenant: pools are shared by every tenant and hold the operator's templates only", sb.Template)
 	}
 	def = Pool{Name: def.Name, Template: sb.Template, Runtime: sb.Runtime, MilliCPUs: sb.MilliCPUs,
 		MemoryBytes: sb.MemoryBytes, Pids: sb.Pids, DiskBytes: sb.DiskBytes, Network: sb.Network.Mode, Size: def.Size}

@@ -34,7 +34,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Spec, Sandbox, bool, er
 			return spec, Sandbox{}, false, err
 		}
 	}
-	want, _, err := m.admit(spec)
+	want, _, err := m.admit(ctx, spec)
 	if err != nil {
 		return spec, Sandbox{}, false, err
 	}

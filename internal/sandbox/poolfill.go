@@ -214,7 +214,7 @@ func (m *Manager) fill(ctx context.Context, p *pool, def Pool, gen int) {
 // makeMember creates a sandbox for pool def and waits until its agent
 // answers. It logs why it failed, unless create did.
 func (m *Manager) makeMember(ctx context.Context, def Pool) (string, error) {
-	sb, drv, err := m.admit(Spec{Template: def.Template, Runtime: def.Runtime, MilliCPUs: def.MilliCPUs,
+	sb, drv, err := m.admit(ctx, Spec{Template: def.Template, Runtime: def.Runtime, MilliCPUs: def.MilliCPUs,
 		MemoryBytes: def.MemoryBytes, Pids: def.Pids, DiskBytes: def.DiskBytes, Network: egress.Policy{Mode: def.Network}})
 	if err != nil {
 		m.log.Warn("refilling warm pool", "pool", def.Name, "err", err)

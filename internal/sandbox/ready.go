@@ -63,13 +63,16 @@ func (m *Manager) CaptureReady(ctx context.Context, template, runtime string) (_
 	if _, ok := m.drivers[runtime]; !ok {
 		return Template{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown runtime %q (available: %s)", runtime, strings.Join(m.runtimeNames(), ", "))
 	}
-	if _, err := m.Template(template); err != nil {
+	m.mu.RLock()
+	_, err = m.templateToChange(ctx, template)
+	m.mu.RUnlock()
+	if err != nil {
 		return Template{}, err
 	}
 	if m.SnapshotKind(runtime) != SnapshotMemory {
 		return Template{}, errdefs.Errorf(errdefs.ErrFailedPrecondition, "runtime %s cannot save a sandbox's memory, which a ready snapshot holds", runtime)
 	}
-	sb, drv, err := m.admit(Spec{Template: template, Runtime: runtime})
+	sb, drv, err := m.admit(ctx, Spec{Template: template, Runtime: runtime})
 	if err != nil {
 		return Template{}, err
 	}
@@ -147,7 +150,9 @@ func (m *Manager) DropReady(ctx context.Context, template, runtime string) (Temp
 	if runtime == "" {
 		runtime = m.cfg.DefaultRuntime
 	}
-	t, err := m.Template(template)
+	m.mu.RLock()
+	t, err := m.templateToChange(ctx, template)
+	m.mu.RUnlock()
 	if err != nil {
 		return Template{}, err
 	}
@@ -250,7 +255,7 @@ func (m *Manager) serviceAsCaptured(sb Sandbox) bool {
 // reconcileSnapshots.
 func (m *Manager) reconcileReady(ctx context.Context) error {
 	named := map[string]bool{}
-	for _, t := range m.Templates() {
+	for _, t := range m.Templates(ctx) {
 		for rt, name := range t.ReadySnapshots {
 			m.snaps.mu.Lock()
 			_, ok := m.snaps.byName[name]

@@ -213,7 +213,7 @@ func TestReadySnapshotRefusedAndRolledBack(t *testing.T) {
 	if _, err := h2.m.CaptureReady(ctx, "tiny", ""); err == nil {
 		t.Fatal("capture with a failing checkpoint succeeded")
 	}
-	if tpl, _ := h2.m.Template("tiny"); tpl.ReadySnapshots != nil {
+	if tpl, _ := h2.m.Template(t.Context(), "tiny"); tpl.ReadySnapshots != nil {
 		t.Fatalf("failed capture recorded %v", tpl.ReadySnapshots)
 	}
 	if got := snapshotDirs(t, dir); len(got) != 0 {
@@ -252,7 +252,7 @@ func TestReadySnapshotReconcile(t *testing.T) {
 	}
 	h.m.Close()
 	h.start(t)
-	if got, _ := h.m.Template("tiny"); got.ReadySnapshots != nil {
+	if got, _ := h.m.Template(t.Context(), "tiny"); got.ReadySnapshots != nil {
 		t.Fatalf("template still names a lost ready snapshot: %v", got.ReadySnapshots)
 	}
 }

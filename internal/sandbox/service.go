@@ -87,9 +87,9 @@ func (m *Manager) SetTemplateService(ctx context.Context, name string, sv *Servi
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t, ok := m.templates[name]
-	if !ok {
-		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	t, err := m.templateToChange(ctx, name)
+	if err != nil {
+		return Template{}, err
 	}
 	t = t.clone()
 	t.Service = nil

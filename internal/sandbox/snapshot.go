@@ -360,16 +360,15 @@ func (m *Manager) deleteSnapshot(ctx context.Context, name string) error {
 
 // snapshotUsers lists the snapshots made on template name, but for the
 // template's own ready snapshots.
-func (m *Manager) snapshotUsers(template string) []string {
+func (m *Manager) snapshotUsers(template string) map[string]string {
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
-	var out []string
+	out := map[string]string{}
 	for n, s := range m.snaps.byName {
 		if s.Template == template && !isReadySnapshot(n) {
-			out = append(out, n)
+			out[n] = s.Tenant
 		}
 	}
-	sort.Strings(out)
 	return out
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/snapshotdir"
+	"github.com/corralrun/corral/internal/tenancy"
 	"github.com/corralrun/corral/internal/wire"
 )
 
@@ -113,15 +114,47 @@ func ValidateTemplateName(name string) error {
 	return nil
 }
 
+// templateSeen reports whether the caller of ctx sees template t: the
+// operator's templates are everyone's, a tenant's are its own and the
+// admins'.
+func templateSeen(ctx context.Context, t Template) bool {
+	return t.Tenant == "" || tenancy.Sees(ctx, t.Tenant)
+}
+
+// templateOf returns template name as the caller of ctx may use it:
+// another tenant's is not found, as an unknown one. The caller holds m.mu.
+func (m *Manager) templateOf(ctx context.Context, name string) (Template, error) {
+	t, ok := m.templates[name]
+	if !ok || !templateSeen(ctx, t) {
+		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	}
+	return t, nil
+}
+
+// templateToChange is templateOf for a change of the template (delete,
+// service, ready snapshots): a tenant changes its own templates only; the
+// operator's, which it sees and uses, answer permission_denied, as the
+// other objects every tenant shares (pools). The caller holds m.mu.
+func (m *Manager) templateToChange(ctx context.Context, name string) (Template, error) {
+	t, err := m.templateOf(ctx, name)
+	if err == nil && !tenancy.Sees(ctx, t.Tenant) {
+		err = errdefs.Errorf(errdefs.ErrPermissionDenied, "template %q is the operator's, shared by every tenant: only admin keys change it", name)
+	}
+	return t, err
+}
+
 // CreateTemplate makes a template named name by calling fill on an empty
 // directory, and records it. Names are lower-case letters, digits, '.', '_'
-// and '-', at most 63 characters.
+// and '-', at most 63 characters. The template belongs to the caller's
+// tenant (tenancy.Owner). Names are one namespace for every tenant: a
+// name another tenant took is already_exists, which does not say whose.
 func (m *Manager) CreateTemplate(ctx context.Context, name, source string, fill func(dir string) error) (Template, error) {
 	return m.CreateTemplateFrom(ctx, Template{Name: name, Source: source}, fill)
 }
 
 // CreateTemplateFrom is CreateTemplate for a record that says more than a
-// name and a source (image, digest, defaults); its CreatedAt is set here.
+// name and a source (image, digest, defaults); its CreatedAt and Tenant
+// are set here.
 func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(dir string) error) (Template, error) {
 	name := t.Name
 	if err := ValidateTemplateName(name); err != nil {
@@ -153,7 +186,7 @@ func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(
 		return Template{}, fmt.Errorf("creating template %q: %w", name, err)
 	}
 	t = t.clone()
-	t.CreatedAt = m.cfg.Now().UTC()
+	t.CreatedAt, t.Tenant = m.cfg.Now().UTC(), tenancy.Owner(ctx)
 	if err := m.cfg.Store.PutTemplate(ctx, t); err != nil {
 		if derr := m.cfg.Storage.DeleteTemplate(context.WithoutCancel(ctx), name); derr != nil {
 			m.log.Error("rolling back template", "template", name, "err", derr)
@@ -167,30 +200,36 @@ func (m *Manager) CreateTemplateFrom(ctx context.Context, t Template, fill func(
 }
 
 // DeleteTemplate removes a template that no sandbox uses, and its ready
-// snapshots with it.
+// snapshots with it. A tenant deletes its own templates only
+// (templateToChange).
 func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	m.mu.RLock()
+	_, err := m.templateToChange(ctx, name)
+	m.mu.RUnlock()
+	if err != nil {
+		return err
+	}
 	if err := m.checkNoPoolUses(name); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	if _, ok := m.templates[name]; !ok {
+	if _, err := m.templateToChange(ctx, name); err != nil {
 		m.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+		return err
 	}
-	var users []string
+	users := map[string]string{}
 	for id, e := range m.sandboxes {
 		if e.sb.Template == name {
-			users = append(users, id)
+			users[id] = e.sb.Tenant
 		}
 	}
 	if len(users) > 0 {
 		m.mu.Unlock()
-		slices.Sort(users)
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d sandbox(es): %s", name, len(users), strings.Join(users, ", "))
+		return usedBy(ctx, name, "sandbox(es)", users)
 	}
 	if snaps := m.snapshotUsers(name); len(snaps) > 0 {
 		m.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d snapshot(s): %s", name, len(snaps), strings.Join(snaps, ", "))
+		return usedBy(ctx, name, "snapshot(s)", snaps)
 	}
 	t := m.templates[name]
 	delete(m.templates, name)
@@ -210,27 +249,60 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// Templates lists templates by name.
-func (m *Manager) Templates() []Template {
+// usedBy is the refusal to delete template name while users (sandboxes or
+// snapshots, by name, with their tenants) hold it. It names the users the
+// caller of ctx sees and only counts the others, whose names are other
+// tenants' to know.
+func usedBy(ctx context.Context, name, what string, users map[string]string) error {
+	var seen []string
+	for u, tenant := range users {
+		if tenancy.Sees(ctx, tenant) {
+			seen = append(seen, u)
+		}
+	}
+	slices.Sort(seen)
+	list := strings.Join(seen, ", ")
+	if others := len(users) - len(seen); others > 0 {
+		list = strings.TrimPrefix(fmt.Sprintf("%s, %d of other tenants", list, others), ", ")
+	}
+	return errdefs.Errorf(errdefs.ErrFailedPrecondition, "template %q is used by %d %s: %s", name, len(users), what, list)
+}
+
+// Templates lists the templates the caller of ctx sees, by name: the
+// operator's and its tenant's own (every one for admins and the daemon).
+func (m *Manager) Templates(ctx context.Context) []Template {
 	m.mu.RLock()
 	out := make([]Template, 0, len(m.templates))
 	for _, t := range m.templates {
-		out = append(out, t.clone())
+		if templateSeen(ctx, t) {
+			out = append(out, t.clone())
+		}
 	}
 	m.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// Template returns one template.
-func (m *Manager) Template(name string) (Template, error) {
+// Template returns one template the caller of ctx sees; another tenant's
+// is not found, as an unknown one.
+func (m *Manager) Template(ctx context.Context, name string) (Template, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	t, ok := m.templates[name]
-	if !ok {
-		return Template{}, errdefs.Errorf(errdefs.ErrNotFound, "template %q not found", name)
+	t, err := m.templateOf(ctx, name)
+	if err != nil {
+		return Template{}, err
 	}
 	return t.clone(), nil
+}
+
+// TemplateExists reports whether any tenant's template is named name:
+// names are one namespace, so a new template's name is checked against
+// all of them.
+func (m *Manager) TemplateExists(name string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.templates[name]
+	return ok
 }
 
 // CopyTemplateTree copies the files of template name into dir, an
@@ -239,7 +311,7 @@ func (m *Manager) Template(name string) (Template, error) {
 // the sandbox range where the driver shifts templates. The copy clones
 // extents on filesystems that share them.
 func (m *Manager) CopyTemplateTree(ctx context.Context, name, dir string) error {
-	if _, err := m.Template(name); err != nil {
+	if _, err := m.Template(ctx, name); err != nil {
 		return err
 	}
 	if err := snapshotdir.CopyTree(ctx, m.cfg.Storage.TemplatePath(name), dir); err != nil {

@@ -46,7 +46,7 @@ func TestTemplateDefaults(t *testing.T) {
 	}
 	// The Manager keeps its own copy.
 	got.Defaults.Env[0] = "A=changed"
-	if stored, _ := h.m.Template("img"); stored.Defaults.Env[0] != "A=image" {
+	if stored, _ := h.m.Template(t.Context(), "img"); stored.Defaults.Env[0] != "A=image" {
 		t.Fatalf("template record shares memory with a caller: %v", stored.Defaults.Env)
 	}
 	if recs, _ := h.store.Templates(ctx); len(recs) != 2 {

@@ -116,7 +116,11 @@ func cloneMap(m map[string]string) map[string]string {
 
 // Template is the record of one template tree in storage.
 type Template struct {
-	Name      string    `json:"name"`
+	Name string `json:"name"`
+	// Tenant owns the template (tenancy.Owner of its maker): "" is the
+	// operator's, which every tenant sees and uses; a tenant's is its own
+	// (and the admins'). Names are one namespace for all tenants.
+	Tenant    string    `json:"tenant,omitempty"`
 	Source    string    `json:"source"` // "import", "debian", "busybox", "pull", "build"
 	CreatedAt time.Time `json:"created_at"`
 	// Image is the image the tree came from (the reference pulled, or the

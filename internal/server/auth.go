@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/corralrun/corral/internal/admission"
@@ -14,21 +13,16 @@ import (
 // send it.
 const TenantHeader = "X-Corral-Tenant"
 
-// adminRoutes change what every tenant shares (templates, pools) or read
-// across tenants (metrics, keys, the audit log): admin keys only.
+// adminRoutes change what every tenant shares (pools, and the ready
+// snapshots of templates, which hold memory of the host's) or read across
+// tenants (keys, the audit log): admin keys only. A tenant makes, changes
+// and deletes its own templates (the Manager checks whose a template is);
+// /metrics shows a tenant its own sandboxes (metrics.go).
 var adminRoutes = map[string]bool{
-	"PUT /v1/templates/{name}":                   true,
-	"POST /v1/templates/{name}/build":            true,
-	"POST /v1/templates/{name}/pull":             true,
-	"DELETE /v1/templates/{name}":                true,
-	"PUT /v1/templates/{name}/service":           true,
-	"DELETE /v1/templates/{name}/service":        true,
 	"POST /v1/templates/{name}/ready-snapshot":   true,
 	"DELETE /v1/templates/{name}/ready-snapshot": true,
-	"POST /v1/templates/{name}/from-snapshot":    true,
 	"PUT /v1/pools/{name}":                       true,
 	"DELETE /v1/pools/{name}":                    true,
-	"GET /metrics":                               true,
 	"GET /v1/keys":                               true,
 	"POST /v1/keys":                              true,
 	"DELETE /v1/keys/{name}":                     true,
@@ -92,12 +86,9 @@ func (s *Server) requireKey(keys *tenancy.Keys, h http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		ctx, cancel := context.WithCancel(tenancy.With(r.Context(), p))
-		defer cancel()
+		ctx, stop := keys.Watch(tenancy.With(r.Context(), p), secret)
+		defer stop()
 		ctx = admission.WithPrincipal(ctx, admissionPrincipal(p, secret))
-		if p.Key != tenancy.BootstrapName {
-			go watchRevocation(ctx, keys, secret, cancel)
-		}
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -110,23 +101,4 @@ func admissionPrincipal(p tenancy.Principal, secret string) string {
 		return admission.APIKeyPrincipal(secret)
 	}
 	return "key:" + p.Key
-}
-
-// watchRevocation cancels a request whose key stops working, until ctx
-// ends.
-func watchRevocation(ctx context.Context, keys *tenancy.Keys, secret string, cancel context.CancelFunc) {
-	for {
-		// The channel first, then the check: a revocation between them
-		// closes this channel.
-		revoked := keys.Revoked()
-		if _, err := keys.Authenticate(secret); err != nil {
-			cancel()
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-revoked:
-		}
-	}
 }

@@ -7,20 +7,28 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/metrics"
+	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // scrapeTimeout bounds the families computed on scrape (per-sandbox usage
 // read from the drivers), so a slow runtime cannot hang a scraper.
 const scrapeTimeout = 5 * time.Second
 
-// metrics serves the registry in the Prometheus text format. It is written
+// metrics serves the registry in the Prometheus text format: all of it to
+// admins, and to a tenant's key the families of its own sandboxes
+// (sandbox.TenantMetrics), counted over its sandboxes only. It is written
 // to a buffer first, so a scrape that fails halfway answers 500 instead of
 // a truncated page.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), scrapeTimeout)
 	defer cancel()
+	var families []string // all
+	if p, ok := tenancy.From(ctx); ok && !p.Admin {
+		families = sandbox.TenantMetrics()
+	}
 	var buf bytes.Buffer
-	if err := s.reg.WriteText(ctx, &buf); err != nil {
+	if err := s.reg.WriteFamilies(ctx, &buf, families); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

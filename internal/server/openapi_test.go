@@ -377,3 +377,30 @@ func TestOpenAPIRanges(t *testing.T) {
 		t.Errorf("%s is not in openapi.json", key)
 	}
 }
+
+// TestOpenAPIEventTypes keeps the event types GET /v1/events documents
+// equal to those it accepts.
+func TestOpenAPIEventTypes(t *testing.T) {
+	var op struct {
+		Parameters []struct {
+			Name   string `json:"name"`
+			Schema struct {
+				Items struct {
+					Enum []string `json:"enum"`
+				} `json:"items"`
+			} `json:"schema"`
+		} `json:"parameters"`
+	}
+	if err := json.Unmarshal(parseOpenAPI(t).Paths["/v1/events"]["get"], &op); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range op.Parameters {
+		if p.Name == "type" {
+			got = slices.Sorted(slices.Values(p.Schema.Items.Enum))
+		}
+	}
+	if want := slices.Sorted(slices.Values(events.Types)); !slices.Equal(got, want) {
+		t.Errorf("documented event types %q, accepted %q", got, want)
+	}
+}

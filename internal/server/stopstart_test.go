@@ -69,3 +69,34 @@ func TestStopStartOverHTTP(t *testing.T) {
 		t.Fatalf("stop of an unknown sandbox: %v", err)
 	}
 }
+
+// TestStopStartEvents follows a stream filtered to stopped and started
+// events: both are types a filter may name, and both arrive.
+func TestStopStartEvents(t *testing.T) {
+	c, _ := newTestServer(t, "")
+	ctx := t.Context()
+	sb, err := c.Create(ctx, corral.CreateOptions{Template: "bb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := c.Events(ctx, corral.EventOptions{SandboxID: sb.ID, Types: []string{corral.EventStopped, corral.EventStarted}})
+	if err != nil {
+		t.Fatalf("events of types stopped and started: %v", err)
+	}
+	defer stream.Close()
+	if _, err := c.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, sb.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{corral.EventStopped, corral.EventStarted} {
+		ev, err := stream.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != want || ev.SandboxID != sb.ID {
+			t.Errorf("event %+v, want %s of %s", ev, want, sb.ID)
+		}
+	}
+}

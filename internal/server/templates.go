@@ -261,11 +261,11 @@ func (l *lazyHeader) Write(p []byte) (int, error) {
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.m.Templates())
+	writeJSON(w, http.StatusOK, s.m.Templates(r.Context()))
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.m.Template(r.PathValue("name"))
+	t, err := s.m.Template(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -339,7 +339,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if _, err := s.m.Template(name); err == nil {
+	if s.m.TemplateExists(name) {
 		s.writeError(w, r, errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name))
 		return
 	}

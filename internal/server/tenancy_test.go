@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/metrics"
 	"github.com/corralrun/corral/internal/sandbox"
 	corral "github.com/corralrun/corral/sdk"
 )
@@ -226,12 +229,7 @@ func TestTenantClaimsFromPool(t *testing.T) {
 			t.Fatalf("pool never filled: %+v", p)
 		}
 	}
-	k, err := admin.CreateKey(ctx, corral.KeyOptions{Name: "team-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := corral.New(ts.URL, k.Key)
-	defer a.Close()
+	a, _ := newTenant(t, admin, ts.URL, "team-a")
 	sb, err := a.Create(ctx, corral.CreateOptions{Pool: "warm"})
 	if err != nil {
 		t.Fatal(err)
@@ -333,12 +331,25 @@ func newAuditedTenant(t *testing.T, name string) (admin, c *corral.Client, k *co
 	}
 	t.Cleanup(func() { log.Close() })
 	admin, ts := newTestServer(t, "admin-secret", func(cfg *sandbox.Config) { cfg.Audit = log })
-	if k, err = admin.CreateKey(t.Context(), corral.KeyOptions{Name: name}); err != nil {
+	c, k = newTenant(t, admin, ts.URL, name)
+	return admin, c, k, log
+}
+
+// newTenant makes a key of a new tenant named name with admin's client
+// and returns a client of that key, closed when the test ends, and the
+// key.
+func newTenant(t testing.TB, admin *corral.Client, url, name string) (*corral.Client, *corral.Key) {
+	t.Helper()
+	k, err := admin.CreateKey(t.Context(), corral.KeyOptions{Name: name})
+	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ = corral.New(ts.URL, k.Key)
+	c, err := corral.New(url, k.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(c.Close)
-	return admin, c, k, log
+	return c, k
 }
 
 // TestAuditRecordsCommands checks that every way of starting a command
@@ -493,5 +504,164 @@ func TestAuditRecordsProcessInput(t *testing.T) {
 		if got[action] != 3 {
 			t.Errorf("%s on record before and after: %b, want 11", action, got[action])
 		}
+	}
+}
+
+// TestMetricsFollowTenants checks that per-sandbox series name their
+// tenant, that an admin's scrape shows every tenant's, and that a
+// tenant's shows its own sandboxes only and none of the host's families.
+func TestMetricsFollowTenants(t *testing.T) {
+	admin, ts := newTestServer(t, "admin-secret")
+	ctx := t.Context()
+	a, _ := newTenant(t, admin, ts.URL, "team-a")
+	b, _ := newTenant(t, admin, ts.URL, "team-b")
+	ids := map[string]string{}
+	for tenant, c := range map[string]*corral.Client{"team-a": a, "team-b": b, "": admin} {
+		sb, err := c.Create(ctx, corral.CreateOptions{Template: "bb"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[tenant] = sb.ID
+	}
+	scrape := func(c *corral.Client) (*metrics.Scrape, []byte) {
+		t.Helper()
+		text, err := c.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := metrics.Parse(bytes.NewReader(text))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, text)
+		}
+		return s, text
+	}
+	all, text := scrape(admin)
+	for tenant, id := range ids {
+		for _, name := range []string{"corral_sandbox_memory_bytes", "corral_sandbox_cpu_seconds_total"} {
+			if _, ok := all.Get(name, "sandbox_id", id, "tenant", tenant); !ok {
+				t.Errorf("admin's scrape: no %s of %s with tenant %q in\n%s", name, id, tenant, text)
+			}
+		}
+	}
+	if v, _ := all.Get("corral_sandboxes", "state", "running"); v != 3 {
+		t.Errorf("admin's scrape: %v running sandboxes, want 3", v)
+	}
+
+	own, text := scrape(a)
+	for _, name := range []string{"corral_sandbox_memory_bytes", "corral_sandbox_cpu_seconds_total"} {
+		got := own.Find(name)
+		if len(got) != 1 || got[0].Labels["sandbox_id"] != ids["team-a"] || got[0].Labels["tenant"] != "team-a" {
+			t.Errorf("team-a's scrape: %s samples %+v, want team-a's sandbox only", name, got)
+		}
+	}
+	if v, _ := own.Get("corral_sandboxes", "state", "running"); v != 1 {
+		t.Errorf("team-a's scrape: %v running sandboxes, want its 1", v)
+	}
+	want := map[string]string{"corral_sandboxes": "gauge", "corral_sandbox_memory_bytes": "gauge", "corral_sandbox_cpu_seconds_total": "counter"}
+	if diff := cmp.Diff(want, own.Types); diff != "" {
+		t.Errorf("families of team-a's scrape (-want +got):\n%s\n%s", diff, text)
+	}
+}
+
+// TestTenantTemplates checks who sees and changes templates: a tenant
+// makes its own, which another tenant cannot see, use, delete or take
+// the name of; the operator's are everyone's to use and the admins' to
+// change; pools, which every tenant shares, hold no tenant's template.
+func TestTenantTemplates(t *testing.T) {
+	admin, ts := newTestServer(t, "admin-secret")
+	ctx := t.Context()
+	a, _ := newTenant(t, admin, ts.URL, "team-a")
+	b, _ := newTenant(t, admin, ts.URL, "team-b")
+
+	own, err := a.ImportTemplate(ctx, "a-tpl", emptyTar())
+	if err != nil {
+		t.Fatalf("a tenant makes a template: %v", err)
+	}
+	if own.Tenant != "team-a" {
+		t.Fatalf("tenant of a's template %q", own.Tenant)
+	}
+	names := func(c *corral.Client) []string {
+		t.Helper()
+		ts, err := c.Templates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tpl := range ts {
+			out = append(out, tpl.Name+"/"+tpl.Tenant)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		c    *corral.Client
+		want []string
+	}{
+		{"team-a", a, []string{"a-tpl/team-a", "bb/"}},
+		{"team-b", b, []string{"bb/"}},
+		{"admin", admin, []string{"a-tpl/team-a", "bb/"}},
+	} {
+		if diff := cmp.Diff(tt.want, names(tt.c)); diff != "" {
+			t.Errorf("templates %s lists (-want +got):\n%s", tt.name, diff)
+		}
+	}
+
+	notFound := func(what string, err error) {
+		t.Helper()
+		if corral.ErrorCode(err) != corral.CodeNotFound {
+			t.Errorf("team-b, %s of a's template: %v, want not_found", what, err)
+		}
+	}
+	_, err = b.Template(ctx, "a-tpl")
+	notFound("get", err)
+	_, err = b.Create(ctx, corral.CreateOptions{Template: "a-tpl"})
+	notFound("create from", err)
+	notFound("delete", b.DeleteTemplate(ctx, "a-tpl"))
+	_, err = b.SetTemplateService(ctx, "a-tpl", nil)
+	notFound("set service", err)
+	_, err = b.ImportTemplate(ctx, "a-tpl", emptyTar())
+	if corral.ErrorCode(err) != corral.CodeAlreadyExists || strings.Contains(err.Error(), "team-a") {
+		t.Errorf("team-b takes a's template name: %v, want already_exists not naming the owner", err)
+	}
+
+	denied := func(what string, err error) {
+		t.Helper()
+		if corral.ErrorCode(err) != corral.CodePermissionDenied {
+			t.Errorf("team-a, %s of the operator's template: %v, want permission_denied", what, err)
+		}
+	}
+	denied("delete", a.DeleteTemplate(ctx, "bb"))
+	_, err = a.SetTemplateService(ctx, "bb", nil)
+	denied("set service", err)
+	if _, err := a.Template(ctx, "bb"); err != nil {
+		t.Errorf("team-a gets the operator's template: %v", err)
+	}
+
+	sb, err := a.Create(ctx, corral.CreateOptions{Template: "a-tpl"})
+	if err != nil {
+		t.Fatalf("team-a creates from its template: %v", err)
+	}
+	if _, err := admin.SetPool(ctx, "warm-a", corral.PoolOptions{Template: "a-tpl", Size: 1}); corral.ErrorCode(err) != corral.CodeFailedPrecondition {
+		t.Errorf("a pool of a tenant's template: %v, want failed_precondition", err)
+	}
+	if _, err := admin.Template(ctx, "a-tpl"); err != nil {
+		t.Errorf("admin gets a's template: %v", err)
+	}
+	other, err := admin.Create(ctx, corral.CreateOptions{Template: "a-tpl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The refusal names team-a's sandbox, not the operator's.
+	if err := a.DeleteTemplate(ctx, "a-tpl"); corral.ErrorCode(err) != corral.CodeFailedPrecondition ||
+		!strings.Contains(err.Error(), sb.ID+", 1 of other tenants") || strings.Contains(err.Error(), other.ID) {
+		t.Errorf("delete of a template in use: %v", err)
+	}
+	for _, id := range []string{sb.ID, other.ID} {
+		if err := admin.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.DeleteTemplate(ctx, "a-tpl"); err != nil {
+		t.Errorf("team-a deletes its template: %v", err)
 	}
 }

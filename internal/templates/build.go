@@ -148,9 +148,11 @@ func (s *Service) Build(ctx context.Context, name string, opts BuildOptions) (sa
 
 // localBase resolves a FROM of a template of the Manager
 // (ociimage.Instruction.FromTemplate): its stored tree and defaults. The
-// key changes when the template is made anew under the same name.
-func (s *Service) localBase(_ context.Context, name string) (*ociimage.LocalBase, error) {
-	t, err := s.m.Template(name)
+// key changes when the template is made anew under the same name. A build
+// starts from a template its caller sees only: another tenant's is not
+// found.
+func (s *Service) localBase(ctx context.Context, name string) (*ociimage.LocalBase, error) {
+	t, err := s.m.Template(ctx, name)
 	if err != nil {
 		return nil, err
 	}

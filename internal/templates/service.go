@@ -19,6 +19,7 @@ import (
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/ociimage"
 	"github.com/corralrun/corral/internal/sandbox"
+	"github.com/corralrun/corral/internal/tenancy"
 )
 
 // Config wires a Service.
@@ -139,13 +140,14 @@ func (s *Service) begin(ctx context.Context) (context.Context, func(), error) {
 
 // CheckName returns an error when name cannot be the name of a new
 // template: it is malformed (errdefs.ErrInvalidArgument) or taken
-// (errdefs.ErrAlreadyExists). Callers use it to fail before they start a
-// long operation or a stream; the operations check again.
+// (errdefs.ErrAlreadyExists), by any tenant: names are one namespace.
+// Callers use it to fail before they start a long operation or a stream;
+// the operations check again.
 func (s *Service) CheckName(name string) error {
 	if err := sandbox.ValidateTemplateName(name); err != nil {
 		return err
 	}
-	if _, err := s.m.Template(name); err == nil {
+	if s.m.TemplateExists(name) {
 		return errdefs.Errorf(errdefs.ErrAlreadyExists, "template %q already exists", name)
 	}
 	return nil
@@ -290,7 +292,7 @@ func (s *Service) GC(ctx context.Context) (GCStats, error) {
 	began := time.Now()
 	blobs := map[v1.Hash]bool{}
 	keys := map[string]bool{}
-	for _, t := range s.m.Templates() {
+	for _, t := range s.m.Templates(tenancy.AsDaemon(ctx)) { // every tenant's
 		for _, k := range t.BuildKeys {
 			keys[k] = true
 		}

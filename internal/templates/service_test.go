@@ -210,7 +210,7 @@ func TestPull(t *testing.T) {
 	if _, err := e.svc.Pull(t.Context(), "missing", PullOptions{Ref: strings.Replace(ref, ":1", ":nope", 1)}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("pull of an unknown tag: %v", err)
 	}
-	if _, err := e.m.Template("missing"); err == nil {
+	if _, err := e.m.Template(t.Context(), "missing"); err == nil {
 		t.Error("a failed pull left a template")
 	}
 }
@@ -294,7 +294,7 @@ func TestImportRefusesEscapingLayer(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "escapes") {
 			t.Errorf("%s: import of an escaping layer: %v", format, err)
 		}
-		if _, err := e.m.Template("bad-" + format); err == nil {
+		if _, err := e.m.Template(t.Context(), "bad-"+format); err == nil {
 			t.Errorf("%s: a refused import left a template", format)
 		}
 	}

@@ -84,14 +84,14 @@ func TestServiceRecorded(t *testing.T) {
 	if diff := cmp.Diff(sv, tmpl.Service); diff != "" {
 		t.Errorf("pulled service (-want +got):\n%s", diff)
 	}
-	if got, _ := e.m.Template("pulled"); got.Service == nil || got.Service.Shell != "serve" {
+	if got, _ := e.m.Template(t.Context(), "pulled"); got.Service == nil || got.Service.Shell != "serve" {
 		t.Errorf("recorded service %+v", got.Service)
 	}
 	_, err = e.svc.Pull(t.Context(), "bad", PullOptions{Ref: ref, Service: &sandbox.Service{Shell: "x", Restart: "sometimes"}})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "restart") {
 		t.Errorf("pull with a bad restart policy: %v", err)
 	}
-	if _, err := e.m.Template("bad"); err == nil {
+	if _, err := e.m.Template(t.Context(), "bad"); err == nil {
 		t.Error("a refused pull left a template")
 	}
 
@@ -146,7 +146,7 @@ func TestServiceRecorded(t *testing.T) {
 		t.Errorf("bad ready port: %v", err)
 	}
 	for _, n := range []string{"port-without-command", "bad-port"} {
-		if _, err := e.m.Template(n); err == nil {
+		if _, err := e.m.Template(t.Context(), n); err == nil {
 			t.Errorf("refused build %s left a template", n)
 		}
 	}

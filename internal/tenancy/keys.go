@@ -123,6 +123,41 @@ func (ks *Keys) Revoked() <-chan struct{} {
 	return ks.revoked
 }
 
+// Watch returns ctx, cancelled (its cause ErrUnauthenticated) once
+// secret stops working, and a function that ends the watch and waits for
+// it. A request of a key runs under the returned context, so that its
+// long calls (streams, attach sessions, port proxies) end when the key is
+// deleted or rotated. The --api-key key cannot be revoked and is not
+// watched.
+func (ks *Keys) Watch(ctx context.Context, secret string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if p, err := ks.Authenticate(secret); err == nil && p.Key == BootstrapName {
+		return ctx, func() { cancel(nil) }
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			// The channel first, then the check: a revocation between
+			// them closes this channel.
+			revoked := ks.Revoked()
+			if _, err := ks.Authenticate(secret); err != nil {
+				cancel(errdefs.Errorf(errdefs.ErrUnauthenticated, "the API key was revoked"))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-revoked:
+			}
+		}
+	}()
+	return ctx, func() {
+		cancel(nil)
+		<-done
+	}
+}
+
 // KeyOptions describe a new key.
 type KeyOptions struct {
 	Name   string

@@ -1,9 +1,11 @@
 package tenancy
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralrun/corral/internal/errdefs"
 )
@@ -91,5 +93,64 @@ func TestKeys(t *testing.T) {
 		if _, err := ks.Authenticate(s); !errors.Is(err, errdefs.ErrUnauthenticated) {
 			t.Errorf("authenticate %q: %v", s, err)
 		}
+	}
+}
+
+// TestWatch ends the context of a key that is deleted or rotated, with
+// an unauthenticated cause, and leaves other keys' contexts running.
+func TestWatch(t *testing.T) {
+	ctx := t.Context()
+	ks, err := NewKeys(ctx, NewMemStore(), "boot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, a, err := ks.Create(ctx, KeyOptions{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := ks.Create(ctx, KeyOptions{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopA := ks.Watch(ctx, a)
+	defer stopA()
+	bctx, stopB := ks.Watch(ctx, b)
+	defer stopB()
+	bootCtx, stopBoot := ks.Watch(ctx, "boot")
+	defer stopBoot()
+	if err := ks.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-actx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a deleted key's context is not done")
+	}
+	if cause := context.Cause(actx); !errors.Is(cause, errdefs.ErrUnauthenticated) {
+		t.Errorf("cause %v, want unauthenticated", cause)
+	}
+	time.Sleep(10 * time.Millisecond) // b's watch checks its key again
+	if bctx.Err() != nil {
+		t.Errorf("b's context ended with a's key: %v", context.Cause(bctx))
+	}
+	if _, _, err := ks.Rotate(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-bctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a rotated key's context is not done")
+	}
+	if bootCtx.Err() != nil {
+		t.Errorf("the --api-key key's context ended: %v", context.Cause(bootCtx))
+	}
+	_, c, err := ks.Create(ctx, KeyOptions{Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stopC := ks.Watch(ctx, c)
+	stopC()
+	if cctx.Err() == nil {
+		t.Error("the context outlives its watch")
 	}
 }
