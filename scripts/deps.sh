@@ -16,6 +16,8 @@ PKGS="$PKGS python3-ipykernel python3-pandas python3-matplotlib"
 # httpx and websockets are its dependencies, pytest runs its tests and
 # mypy checks its type hints; venv lets a test install it with pip.
 PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio python3-mypy python3-venv"
+# The cluster tests run a real etcd server.
+PKGS="$PKGS etcd-server"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
