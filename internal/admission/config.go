@@ -129,23 +129,38 @@ func New(cfg Config, hooks Hooks) (*Controller, error) {
 		a.onQueue = func(int) {}
 	}
 	if cfg.MemoryCommitRatio > 0 {
-		host := cfg.HostMemoryBytes
-		if host == 0 {
-			var err error
-			if host, err = hostMemory(); err != nil {
-				return nil, err
-			}
+		host, err := cfg.hostMemoryBytes()
+		if err != nil {
+			return nil, err
 		}
 		a.memCap = int64(float64(host) * cfg.MemoryCommitRatio)
 	}
 	if cfg.CPUCommitRatio > 0 {
-		host := cfg.HostMilliCPUs
-		if host == 0 {
-			host = int64(runtime.NumCPU()) * 1000
-		}
-		a.cpuCap = int64(float64(host) * cfg.CPUCommitRatio)
+		a.cpuCap = int64(float64(cfg.hostMilliCPUs()) * cfg.CPUCommitRatio)
 	}
 	return a, nil
+}
+
+// Host returns the host's size as commit ratios count it: HostMilliCPUs
+// and HostMemoryBytes, or, for those left zero, the defaults they
+// document. It reads /proc/meminfo unless HostMemoryBytes is set.
+func (c Config) Host() (milliCPUs, memoryBytes int64, err error) {
+	memoryBytes, err = c.hostMemoryBytes()
+	return c.hostMilliCPUs(), memoryBytes, err
+}
+
+func (c Config) hostMilliCPUs() int64 {
+	if c.HostMilliCPUs > 0 {
+		return c.HostMilliCPUs
+	}
+	return int64(runtime.NumCPU()) * 1000
+}
+
+func (c Config) hostMemoryBytes() (int64, error) {
+	if c.HostMemoryBytes > 0 {
+		return c.HostMemoryBytes, nil
+	}
+	return hostMemory()
 }
 
 // hostMemory reads MemTotal from /proc/meminfo.

@@ -161,7 +161,10 @@ func commands() []command {
 			{"mcp [--template T] [--allow-runtime R]... [--max-sandboxes N] [--network M]", "serve the tools of the Model Context Protocol on stdin/stdout\n" +
 				"for an agent (Claude Desktop, Claude Code, Cursor); docs/MCP.md"}}},
 		{name: "server", group: groupDaemon, run: (*cli).server, complete: noArgs, usage: []usageLine{
-			{"server [flags]", "run the daemon"}}},
+			{"server [flags]", "run the daemon"},
+			{"server --cluster-etcd ENDPOINTS --node-name NAME --advertise HOST:PORT", "run it as a node of a cluster, registered in etcd; docs/CLUSTER.md"}}},
+		{name: "node", group: groupDaemon, run: (*cli).node, complete: subcommands("ls"), usage: []usageLine{
+			{"node ls [--json]", "list the cluster's live nodes, their capacity and load\n(admin keys only)"}}},
 		{name: "audit", group: groupDaemon, run: (*cli).audit, complete: auditArgs, usage: []usageLine{
 			{"audit [--sandbox ID] [--key NAME] [--since T] [--follow] [--json]", "print the audit log: every mutating API call and every command\n" +
 				"started in a sandbox, with its key; T is a time (RFC 3339) or\n" +

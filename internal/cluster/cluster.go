@@ -15,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/corralrun/corral/internal/errdefs"
 )
 
 // Prefix holds one key per registered node: Prefix + name.
@@ -146,11 +148,12 @@ func Dial(ctx context.Context, endpoints []string, timeout time.Duration, log *s
 func (c *Cluster) Close() error { return c.cli.Close() }
 
 // List returns the live nodes' records, sorted by name: those whose lease
-// has not expired.
+// has not expired. It fails with errdefs.ErrUnavailable when etcd does
+// not answer.
 func (c *Cluster) List(ctx context.Context) ([]Node, error) {
 	resp, err := c.cli.Get(ctx, Prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes in etcd: %w", err)
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "listing nodes in etcd: %v", err)
 	}
 	out := make([]Node, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {

@@ -132,8 +132,16 @@ type Config struct {
 	// set, signs them all.
 	Webhooks      []string
 	WebhookSecret string
-	Version       string
-	Logger        *slog.Logger
+	// ClusterEtcd, when set, are the etcd endpoints of the cluster this
+	// node joins (package cluster) as NodeName, reachable by the other
+	// nodes at Advertise (HOST:PORT); all three or none. ClusterRefresh
+	// is how often the node's record is rewritten (default
+	// cluster.DefaultRefresh).
+	ClusterEtcd         []string
+	NodeName, Advertise string
+	ClusterRefresh      time.Duration
+	Version             string
+	Logger              *slog.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -162,6 +170,9 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if err := c.checkWebhooks(); err != nil {
+		return err
+	}
+	if err := c.checkCluster(); err != nil {
 		return err
 	}
 	if c.Defaults.DiskBytes > 0 && c.Storage != "btrfs" {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/cluster"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
@@ -69,6 +70,8 @@ type Daemon struct {
 	keys     *tenancy.Keys // API keys, loaded by serveAPI
 	secrets  *secrets.Store
 	audit    *audit.Log
+	cluster  *cluster.Cluster // with Config.ClusterEtcd
+	member   *cluster.Member  // this node's registration in it
 	errc     chan error
 }
 
@@ -101,8 +104,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.openMounts,
 		d.reconcile,
 		d.openImages,
+		d.dialCluster,
 		d.serveAPI,
 		d.serveE2B,
+		d.joinCluster,
 	} {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -306,8 +311,12 @@ func (d *Daemon) serveAPI(context.Context) error {
 		return err
 	}
 	d.keys = keys
-	srv := server.New(server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
-		Metrics: d.metrics, Keys: keys, Secrets: d.secrets, Audit: d.audit, Logger: d.log})
+	scfg := server.Config{Manager: d.manager, Images: d.images, Version: d.cfg.Version, Storage: d.storage.Name(),
+		Metrics: d.metrics, Keys: keys, Secrets: d.secrets, Audit: d.audit, Logger: d.log}
+	if d.cluster != nil {
+		scfg.Nodes = d.cluster
+	}
+	srv := server.New(scfg)
 	if err := d.serveUnix(srv.Handler()); err != nil {
 		return err
 	}
@@ -407,6 +416,7 @@ func (d *Daemon) Stop(ctx context.Context) {
 func (d *Daemon) shutdown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	d.leaveCluster(ctx) // first: no node should count on this one once it stops serving
 	if d.mcp != nil {
 		d.mcp.Close() // deletes the sessions' sandboxes through the API, so before it stops
 	}
@@ -424,6 +434,9 @@ func (d *Daemon) shutdown(ctx context.Context) {
 	}
 	// After the last request's events, and while the Manager is there.
 	d.closeWebhooks(ctx)
+	if d.cluster != nil {
+		_ = d.cluster.Close() // after the last request that lists nodes
+	}
 	idle := true
 	// Only a daemon that reconciled knows that no sandbox is left; one
 	// that failed before must not remove what another daemon on the same

@@ -58,6 +58,7 @@ func parseFlags(args []string) (Config, bool) {
 	admissionFlags(fs, &cfg)
 	mcpFlags(fs, &cfg)
 	webhookFlags(fs, &cfg)
+	clusterFlags(fs, &cfg)
 	userns := fs.Bool("userns", true, "build new templates for sandboxes in user namespaces, where root is not host root")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

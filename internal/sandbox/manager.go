@@ -322,6 +322,30 @@ func (m *Manager) Runtimes() []RuntimeInfo {
 	return out
 }
 
+// Load is what a Manager's sandboxes hold of the host.
+type Load struct {
+	// Sandboxes exist or are being created, warm pool members included;
+	// Running of them are running.
+	Sandboxes, Running int
+	// MilliCPUs and MemoryBytes are the limits they reserve.
+	MilliCPUs, MemoryBytes int64
+}
+
+// Load reports the sandboxes and the resources they reserve, as
+// admission counts them. It takes the Manager's read lock once.
+func (m *Manager) Load() Load {
+	count, mem, cpu, _ := m.adm.Usage()
+	l := Load{Sandboxes: count, MilliCPUs: cpu, MemoryBytes: mem}
+	m.mu.RLock()
+	for _, e := range m.sandboxes {
+		if e.sb.State == StateRunning {
+			l.Running++
+		}
+	}
+	m.mu.RUnlock()
+	return l
+}
+
 // RuntimeInfo describes one driver.
 type RuntimeInfo struct {
 	Name         string              `json:"name"`

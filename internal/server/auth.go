@@ -15,7 +15,7 @@ const TenantHeader = "X-Corral-Tenant"
 
 // adminRoutes change what every tenant shares (pools, and the ready
 // snapshots of templates, which hold memory of the host's) or read across
-// tenants (keys, the audit log): admin keys only. A tenant makes, changes
+// tenants (keys, the audit log, the cluster's nodes): admin keys only. A tenant makes, changes
 // and deletes its own templates (the Manager checks whose a template is);
 // /metrics shows a tenant its own sandboxes (metrics.go).
 var adminRoutes = map[string]bool{
@@ -28,6 +28,7 @@ var adminRoutes = map[string]bool{
 	"DELETE /v1/keys/{name}":                     true,
 	"POST /v1/keys/{name}/rotate":                true,
 	"GET /v1/audit":                              true,
+	"GET /v1/nodes":                              true,
 }
 
 // adminOnly refuses h to callers that are not admins, with 403.

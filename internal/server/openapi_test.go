@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/cluster"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/events"
@@ -236,6 +237,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RotateSecretRequest":  {RotateSecretRequest{}},
 		"Secret":               {SecretView{}},
 		"AuditRecord":          {audit.Record{}},
+		"Node":                 {cluster.Node{}},
+		"NodeCapacity":         {cluster.Capacity{}},
+		"NodeLoad":             {cluster.Load{}},
 	}
 	for name, s := range doc.Components.Schemas {
 		if s.Properties != nil && types[name] == nil {

@@ -48,7 +48,9 @@ type Config struct {
 	// Audit, when set, records every call that changes something, before
 	// it runs, with its outcome, and code run in sandboxes; GET /v1/audit
 	// reads it.
-	Audit  *audit.Log
+	Audit *audit.Log
+	// Nodes, when set, serves GET /v1/nodes: the daemon is in a cluster.
+	Nodes  NodeLister
 	Logger *slog.Logger
 }
 
@@ -154,6 +156,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/pools/{name}", s.getPool},
 		{"PUT /v1/pools/{name}", s.setPool},
 		{"DELETE /v1/pools/{name}", s.deletePool},
+		{"GET /v1/nodes", s.listNodes},
 	}, slices.Concat(s.portRoutes(), s.snapshotRoutes(), s.stopStartRoutes(), s.volumeRoutes(),
 		s.serviceRoutes(), s.readyRoutes(), s.codeRoutes(), s.keyRoutes(), s.secretRoutes(), []route{{"GET /v1/audit", s.auditLog}})...)
 }

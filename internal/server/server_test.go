@@ -30,6 +30,13 @@ import (
 // mods change the Manager's configuration.
 func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (*corral.Client, *httptest.Server) {
 	t.Helper()
+	return newTestServerWith(t, apiKey, nil, mods...)
+}
+
+// newTestServerWith is newTestServer with srvMod, when not nil, changing
+// the server's configuration.
+func newTestServerWith(t testing.TB, apiKey string, srvMod func(*Config), mods ...func(*sandbox.Config)) (*corral.Client, *httptest.Server) {
+	t.Helper()
 	sock, err := os.MkdirTemp("", "srv-")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,11 @@ func newTestServer(t testing.TB, apiKey string, mods ...func(*sandbox.Config)) (
 	}
 	// A Manager that audits commands has a server that audits calls.
 	auditLog, _ := cfg.Audit.(*audit.Log)
-	s := New(Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys, Secrets: sec, Audit: auditLog})
+	scfg := Config{Manager: m, Version: "test", Storage: "fake", Metrics: cfg.Metrics, Keys: keys, Secrets: sec, Audit: auditLog}
+	if srvMod != nil {
+		srvMod(&scfg)
+	}
+	s := New(scfg)
 	h := s.Handler()
 	if apiKey != "" {
 		if h, err = s.AuthHandler(apiKey); err != nil {
