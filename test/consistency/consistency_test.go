@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/cluster"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/sandbox"
 	"github.com/corralrun/corral/internal/server"
@@ -153,6 +154,9 @@ func TestSDKShapesMatchServer(t *testing.T) {
 		{"service", corral.Service{}, sandbox.Service{}},
 		{"ready check", corral.ReadyCheck{}, wire.ReadyCheck{}},
 		{"service status", corral.ServiceStatus{}, wire.ServiceStatus{}},
+		{"node", corral.Node{}, cluster.Node{}},
+		{"node capacity", corral.NodeCapacity{}, cluster.Capacity{}},
+		{"node load", corral.NodeLoad{}, cluster.Load{}},
 	}
 	for _, p := range pairs {
 		t.Run(p.name, func(t *testing.T) {
