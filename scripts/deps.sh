@@ -16,7 +16,8 @@ PKGS="$PKGS python3-ipykernel python3-pandas python3-matplotlib"
 # httpx and websockets are its dependencies, pytest runs its tests and
 # mypy checks its type hints; venv lets a test install it with pip.
 PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio python3-mypy python3-venv"
-# The cluster tests run a real etcd server.
+# The cluster tests run a real etcd server, their own on free loopback
+# ports (the package's own service, where systemd starts it, is not used).
 PKGS="$PKGS etcd-server"
 missing=""
 for p in $PKGS; do
