@@ -91,13 +91,13 @@ func (c *Cluster) Register(ctx context.Context, reg Registration) (*Member, erro
 // refuses a name another live lease holds: two daemons must not share
 // one.
 func (m *Member) register(ctx context.Context, fresh bool) error {
-	lease, err := m.c.cli.Grant(ctx, int64(m.reg.TTL/time.Second))
-	if err != nil {
-		return fmt.Errorf("granting a lease for node %s: %w", m.reg.Name, err)
-	}
 	val, err := m.record(ctx)
 	if err != nil {
 		return err
+	}
+	lease, err := m.c.cli.Grant(ctx, int64(m.reg.TTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("granting a lease for node %s: %w", m.reg.Name, err)
 	}
 	put := clientv3.OpPut(m.key, val, clientv3.WithLease(lease.ID))
 	txn := m.c.cli.Txn(ctx)
@@ -145,7 +145,7 @@ func (m *Member) record(ctx context.Context) (string, error) {
 
 // revoke drops a lease, and with it the record it holds, best effort.
 func (m *Member) revoke(id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.reg.Refresh)
+	ctx, cancel := context.WithTimeout(context.Background(), m.revokeTimeout())
 	defer cancel()
 	_, _ = m.c.cli.Revoke(ctx, id)
 }
@@ -201,16 +201,21 @@ func (m *Member) refresh(ctx context.Context) error {
 // Stop stops refreshing and removes the node's record by revoking its
 // lease; the record is gone from List once Stop returns nil. An error
 // means etcd could not be told, and the record then lasts until its TTL.
+// Call it once.
 func (m *Member) Stop(ctx context.Context) error {
 	m.stop()
 	<-m.done
-	ctx, cancel := context.WithTimeout(ctx, m.reg.Refresh)
+	ctx, cancel := context.WithTimeout(ctx, m.revokeTimeout())
 	defer cancel()
 	if _, err := m.c.cli.Revoke(ctx, m.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("removing node %s from the cluster: %w", m.reg.Name, err)
 	}
 	return nil
 }
+
+// revokeTimeout bounds a lease's revocation: a refresh interval, and at
+// least a second, as a revocation has no later attempt.
+func (m *Member) revokeTimeout() time.Duration { return max(m.reg.Refresh, time.Second) }
 
 // zapDiscard is the etcd client's logger: the client's own retries are
 // not worth a line each, and the member logs what they lead to.
