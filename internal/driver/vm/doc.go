@@ -1,0 +1,62 @@
+// Package vm is the VM driver (runtime "vm"): each sandbox is a QEMU
+// microVM with its own guest kernel, so code in the sandbox makes its
+// system calls to that kernel and reaches the host only through QEMU's
+// emulated devices. QEMU uses KVM where /dev/kvm opens and TCG (software
+// emulation, many times slower) elsewhere.
+//
+// The driver owns, for each sandbox, a directory <Root>/sandboxes/<id>:
+// the root disk (root.img, an ext4 image of the sandbox's root tree made
+// with mkfs.ext4 -d, read-only, under disk.qcow2, a copy-on-write overlay
+// that takes the guest's writes), the agent's socket, QEMU's QMP socket,
+// pid file and console log; and the QEMU process's host cgroup. It also
+// keeps <Root>/cache, the initramfs built once per guest kernel and agent
+// binary. It never writes the sandbox's root tree, and the guest's writes
+// stay on its disk: they are not seen in the tree on the host.
+//
+// # Boot
+//
+// The guest kernel is Debian's linux-image-cloud-amd64, unpacked (not
+// installed) into Config.KernelDir; its virtio drivers are modules, so the
+// initramfs holds the modules the guest needs (found with their
+// dependencies from the modules' own .modinfo) and the agent binary,
+// which the kernel runs as init (rdinit) with `agent --vm`: package
+// vmguest loads the modules, mounts the disk, makes it the root, puts
+// itself in a guest cgroup with the sandbox's limits and then serves as
+// under any other runtime. QEMU starts paused (-S) so that it is in its
+// host cgroup before the guest runs.
+//
+// # Agent transport
+//
+// The agent dials out, as under gVisor (package agentdialout): the VM has
+// a virtio-serial port whose host end is a unix socket that QEMU connects
+// to the driver's listener (reconnecting every second when the connection
+// drops), and the agent runs a yamux session over the port. A request
+// sent before the guest is up waits in the socket, so the first request
+// is answered as soon as the agent serves.
+//
+// # Resources
+//
+// The VM's memory is the sandbox's memory limit plus GuestOverhead for
+// the guest kernel, the initramfs and the agent; inside, the guest kernel
+// enforces the limit itself on the cgroup that holds the agent and
+// everything it starts, as it does pids, and its OOM killer ends the
+// biggest process there, never the agent (PID 1). Stats reports the
+// guest's task and OOM-kill counts, read through the agent, and the
+// memory and CPU time of the QEMU process, whose host cgroup has the VM's
+// size plus HostOverhead as its memory limit and the sandbox's CPU quota
+// (set once the guest has booted). The VM has as many vCPUs as the CPU
+// limit rounded up.
+//
+// # Not yet
+//
+// Network modes other than none fail with ErrFailedPrecondition and host
+// mounts with ErrNotImplemented; there are no memory snapshots; a new
+// Driver does not take over the VMs of an earlier one, whose QEMU
+// processes it only kills on Delete.
+//
+// # Cost
+//
+// Create is an mkfs.ext4 of the root tree, a qemu-img create and the
+// boot; Status, Pause and Resume are one QMP command each; Stats reads
+// cgroup files and two guest files through the agent.
+package vm
