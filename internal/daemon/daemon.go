@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/audit"
+	"github.com/corralrun/corral/internal/doctor"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
@@ -50,7 +51,8 @@ type Daemon struct {
 	storage  storage.Backend
 	reaper   *subreaper.Reaper
 	drivers  []driver.Driver
-	idSlots  *runc.IDSlots // the runc driver's, lent to gVisor
+	idSlots  *runc.IDSlots  // the runc driver's, lent to gVisor
+	doctor   *doctor.Report // read once, by the first wantRuntime that needs it
 	egress   *egress.Server
 	network  *network.Manager
 	mounter  *mounts.Mounter
@@ -91,6 +93,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.startReaper,
 		d.openRunc,
 		d.openGVisor,
+		d.openVM,
 		d.openNetwork,
 		d.openMounts,
 		d.reconcile,

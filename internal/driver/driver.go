@@ -145,6 +145,10 @@ type Capabilities struct {
 	Checkpoint bool `json:"checkpoint"`
 	// Isolation names the boundary: "container", "gvisor" or "vm".
 	Isolation string `json:"isolation"`
+	// Accel, for a VM runtime, is how its VMs run: "kvm" (hardware
+	// virtualization) or "tcg" (QEMU's software emulation, many times
+	// slower).
+	Accel string `json:"accel,omitempty"`
 }
 
 // Stats are point-in-time resource readings of an instance.

@@ -86,6 +86,12 @@ func Boot(opts Options) error {
 			return err
 		}
 	}
+	// Allocations are never refused up front, as on a large host: a
+	// program past the sandbox's memory limit meets the cgroup's OOM
+	// killer, not an ENOMEM that the small VM's heuristic would give.
+	if err := os.WriteFile("/proc/sys/vm/overcommit_memory", []byte("1"), 0); err != nil {
+		return fmt.Errorf("setting vm.overcommit_memory: %w", err)
+	}
 	if err := loadModules(ModulesFile); err != nil {
 		return err
 	}

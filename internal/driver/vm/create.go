@@ -209,7 +209,11 @@ func (d *Driver) qemuArgs(id string, spec driver.Spec) []string {
 	if spec.Resources.Pids > 0 {
 		agent = append(agent, "--pids="+strconv.FormatInt(spec.Resources.Pids, 10))
 	}
-	cmdline := "console=ttyS0 quiet panic=-1 rdinit=" + vmguest.AgentPath + " -- " + strings.Join(agent, " ")
+	kernel := "console=ttyS0 quiet panic=-1"
+	if d.tscKHz > 0 {
+		kernel += " tsc_early_khz=" + strconv.FormatInt(d.tscKHz, 10)
+	}
+	cmdline := kernel + " rdinit=" + vmguest.AgentPath + " -- " + strings.Join(agent, " ")
 	return []string{
 		"-name", "corral-" + id,
 		"-machine", "microvm,pit=on,pic=on,rtc=on",
@@ -322,6 +326,12 @@ func waitAgent(ctx context.Context, d *Driver, id string, vm *instance) error {
 		_, err := c.Health(ctx)
 		if err == nil {
 			return nil
+		}
+		// An exit cancels ctx too; it is the reason then.
+		select {
+		case <-vm.exited:
+			return errors.New("QEMU exited before the agent was ready")
+		default:
 		}
 		select {
 		case <-vm.exited:

@@ -104,6 +104,7 @@ type Driver struct {
 	kernel    Kernel
 	initrd    string
 	accel     string
+	tscKHz    int64 // the guest's TSC frequency under TCG, 0 if unknown
 	cgroupsV2 bool
 	swap      bool
 	log       *slog.Logger
@@ -148,6 +149,9 @@ func New(cfg Config) (*Driver, error) {
 		if KVMUsable() == nil {
 			d.accel = "kvm"
 		}
+	}
+	if d.accel == "tcg" {
+		d.tscKHz = hostTSCkHz()
 	}
 	if d.cgroupsV2, d.swap, err = ocirt.DetectCgroups(); err != nil {
 		return nil, err
@@ -218,6 +222,30 @@ func KVMUsable() error {
 	return f.Close()
 }
 
+// hostTSCkHz returns the host CPU's frequency in kHz as /proc/cpuinfo
+// gives it, or 0. Under TCG the guest reads the host's TSC, and a guest
+// kernel that calibrates it against the emulated PIT fails when the host
+// is busy and then hangs waiting for its first timer tick; given the
+// frequency (tsc_early_khz) it skips the calibration. On the hosts
+// without KVM (virtual machines) the reported frequency is the TSC's.
+func hostTSCkHz() int64 {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == "cpu MHz" {
+			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || mhz <= 0 {
+				return 0
+			}
+			return int64(mhz * 1000)
+		}
+	}
+	return 0
+}
+
 // Accel is the accelerator the driver's VMs run with: "kvm" or "tcg".
 func (d *Driver) Accel() string { return d.accel }
 
@@ -233,7 +261,7 @@ func (d *Driver) Name() string { return "vm" }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, Isolation: "vm"}
+	return driver.Capabilities{Pause: true, Isolation: "vm", Accel: d.accel}
 }
 
 func (d *Driver) get(id string) *instance {

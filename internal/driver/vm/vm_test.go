@@ -47,7 +47,7 @@ func (e env) newDriver(t testing.TB, mod func(*Config)) *Driver {
 	root, rp := testutil.DriverDeps(t)
 	cfg := Config{Root: root, AgentPath: e.agent, CgroupParent: e.cgroupParent, Reaper: rp,
 		// Several VMs boot at once under emulation on two cores.
-		StartTimeout: 3 * time.Minute}
+		StartTimeout: 2 * time.Minute}
 	if os.Getenv("CORRAL_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
