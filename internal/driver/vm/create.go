@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,8 +40,8 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	defer ocirt.UndoFailed(ctx, &u, &err, filepath.Join(dir, consoleFile), "creating sandbox "+id)
 	u.Add(func(ctx context.Context) error { return d.destroy(ctx, id) })
 
-	if spec.Network != nil {
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "the vm runtime has no network yet: use network mode none")
+	if err := checkNetwork(spec.Network); err != nil {
+		return err
 	}
 	if len(spec.Mounts) > 0 {
 		return errdefs.Errorf(errdefs.ErrNotImplemented, "the vm runtime cannot mount host directories yet")
@@ -89,6 +89,34 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	return nil
 }
 
+// checkNetwork accepts a sandbox without a network and one whose
+// prepared namespace has loopback only (network mode none): the VM has no
+// network device, so the guest has loopback only as well. A namespace
+// with a link to the host (modes allowlist and open) fails with
+// ErrFailedPrecondition, since the guest cannot use it yet.
+func checkNetwork(n *driver.Network) error {
+	if n == nil {
+		return nil
+	}
+	var links []string
+	err := ocirt.InNetNS(n.NetNSPath, func() error {
+		ifs, err := net.Interfaces()
+		for _, i := range ifs {
+			if i.Flags&net.FlagLoopback == 0 {
+				links = append(links, i.Name)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("inspecting the network namespace: %w", err)
+	}
+	if len(links) > 0 {
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "the vm runtime runs sandboxes without a network only (network mode none); this one has %s", strings.Join(links, ", "))
+	}
+	return nil
+}
+
 // makeDisk builds the sandbox's disks in dir: a read-only ext4 image of
 // the root tree, and a qcow2 overlay on it that takes the VM's writes.
 func (d *Driver) makeDisk(ctx context.Context, dir, rootfs string) error {
@@ -129,11 +157,11 @@ func (d *Driver) memory(r driver.Resources) (limit, vm int64) {
 	return limit, limit + d.cfg.GuestOverhead
 }
 
-// cpus is the VM's vCPU count: the CPU limit rounded up, at most the
-// host's CPUs.
-func cpus(r driver.Resources) int {
+// cpus is the VM's vCPU count: the CPU limit rounded up, at most host,
+// the host's CPUs.
+func cpus(r driver.Resources, host int) int {
 	n := int((r.MilliCPUs + 999) / 1000)
-	return max(1, min(n, runtime.NumCPU()))
+	return max(1, min(n, host))
 }
 
 // hostLimits are the limits of the QEMU process's host cgroup.
@@ -219,7 +247,7 @@ func (d *Driver) qemuArgs(id string, spec driver.Spec) []string {
 		"-machine", "microvm,pit=on,pic=on,rtc=on",
 		"-accel", accel, "-cpu", cpu,
 		"-m", strconv.FormatInt(mem>>20, 10) + "M",
-		"-smp", strconv.Itoa(cpus(spec.Resources)),
+		"-smp", strconv.Itoa(cpus(spec.Resources, d.hostCPUs)),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-S",
 		"-chardev", "file,id=console,path=" + filepath.Join(dir, consoleFile),
 		"-serial", "chardev:console",

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,7 @@ type Driver struct {
 	initrd    string
 	accel     string
 	tscKHz    int64 // the guest's TSC frequency under TCG, 0 if unknown
+	hostCPUs  int
 	cgroupsV2 bool
 	swap      bool
 	log       *slog.Logger
@@ -130,7 +132,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "driver root %q is not an absolute path", cfg.Root)
 	}
 	cfg = withDefaults(cfg)
-	d := &Driver{cfg: cfg, log: cfg.Logger, vms: map[string]*instance{}}
+	d := &Driver{cfg: cfg, log: cfg.Logger, vms: map[string]*instance{}, hostCPUs: runtime.NumCPU()}
 	var err error
 	if d.qemu, err = lookPath(cfg.QEMUPath, "qemu-system-x86_64", "qemu-system-x86"); err != nil {
 		return nil, err

@@ -2,9 +2,12 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +114,57 @@ func checkNothingLeft(t *testing.T, d *Driver, id string) {
 	for _, p := range procs {
 		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), d.dir(id)+"/") {
 			t.Errorf("leak: QEMU process %s", p)
+		}
+	}
+}
+
+// TestNetworkModeNone: a prepared namespace with loopback only (network
+// mode none) boots, and the guest has loopback only; one with a link
+// (modes allowlist and open) is refused with ErrFailedPrecondition before
+// anything is made.
+func TestNetworkModeNone(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	ctx := t.Context()
+	ns := testutil.NewNetNS(t, t.TempDir())
+	err := d.Create(ctx, driver.Spec{ID: "none", RootFS: testutil.BusyboxRootfs(t), Network: &driver.Network{NetNSPath: ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Delete(context.WithoutCancel(ctx), "none")
+	if out, err := drivertest.ExecOnce(ctx, d, "none", "ls /sys/class/net"); err != nil || out != "lo\n" {
+		t.Errorf("interfaces in the guest = %q, %v; want lo alone", out, err)
+	}
+
+	linked := testutil.NewNetNS(t, t.TempDir())
+	if out, err := exec.Command("nsenter", "--net="+linked, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1").CombinedOutput(); err != nil {
+		t.Fatalf("adding a link: %v\n%s", err, out)
+	}
+	err = d.Create(ctx, driver.Spec{ID: "linked", RootFS: testutil.BusyboxRootfs(t), Network: &driver.Network{NetNSPath: linked}})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "network mode none") {
+		t.Errorf("Create with a link = %v, want ErrFailedPrecondition naming mode none", err)
+	}
+	checkNothingLeft(t, d, "linked")
+}
+
+// TestFindKernel checks the modules found for the installed guest kernel:
+// each after what it depends on.
+func TestFindKernel(t *testing.T) {
+	k, err := FindKernel(DefaultKernelDir)
+	if err != nil {
+		if testutil.Required() {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	var names []string
+	for _, m := range k.Modules {
+		names = append(names, strings.TrimSuffix(filepath.Base(m), ".ko"))
+	}
+	pos := func(name string) int { return slices.Index(names, name) }
+	for _, want := range [][2]string{{"virtio_ring", "virtio_mmio"}, {"virtio", "virtio_blk"}, {"virtio", "virtio_console"}} {
+		if pos(want[0]) < 0 || pos(want[0]) > pos(want[1]) {
+			t.Errorf("modules %v: want %s before %s", names, want[0], want[1])
 		}
 	}
 }
