@@ -2,8 +2,11 @@ package vm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/agentdialout"
 	"github.com/corralrun/corral/internal/driver"
@@ -52,7 +57,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 		}
 		return errdefs.Errorf(errdefs.ErrInvalidArgument, "root file system: %v", errors.Unwrap(err))
 	}
-	if err := d.makeDisk(ctx, dir, spec.RootFS); err != nil {
+	if err := d.makeDisk(ctx, dir, spec); err != nil {
 		return err
 	}
 	disked := time.Now()
@@ -117,11 +122,64 @@ func checkNetwork(n *driver.Network) error {
 	return nil
 }
 
-// makeDisk builds the sandbox's disks in dir: a read-only ext4 image of
-// the root tree, and a qcow2 overlay on it that takes the VM's writes.
-func (d *Driver) makeDisk(ctx context.Context, dir, rootfs string) error {
-	base := filepath.Join(dir, baseImage)
-	f, err := os.OpenFile(base, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+// makeDisk builds the sandbox's disk in dir: a qcow2 overlay, which takes
+// the VM's writes, on a read-only ext4 image of the root: the template's
+// image, built once and shared, when spec names a template, or else one
+// of the sandbox's own root tree.
+func (d *Driver) makeDisk(ctx context.Context, dir string, spec driver.Spec) error {
+	var base string
+	if spec.Template != "" {
+		var err error
+		if base, err = d.templateImage(ctx, spec.Template); err != nil {
+			return err
+		}
+	} else {
+		base = filepath.Join(dir, baseImage)
+		if err := d.makeImage(ctx, spec.RootFS, base); err != nil {
+			return err
+		}
+	}
+	if out, err := exec.CommandContext(ctx, d.img, "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw",
+		filepath.Join(dir, diskFile)).CombinedOutput(); err != nil {
+		return fmt.Errorf("making disk overlay: %w: %s", errors.Join(ctx.Err(), err), strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// templateImage returns the image of the template tree at tree, building
+// it in the cache unless it is there. The name holds the tree's identity
+// (device, inode, change time): a template made again under the same
+// name is a new tree and gets a new image. Concurrent builds of one
+// image are harmless: the first to finish is linked into place, the
+// others are dropped, and a linked image never changes.
+func (d *Driver) templateImage(ctx context.Context, tree string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(tree, &st); err != nil {
+		return "", errdefs.Errorf(errdefs.ErrInvalidArgument, "template tree: %v", err)
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d\x00%d.%d", tree, st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
+	sum := sha256.Sum256([]byte(key))
+	name := filepath.Join(d.cacheDir(), "template-"+hex.EncodeToString(sum[:12])+".img")
+	if _, err := os.Stat(name); err == nil {
+		return name, nil
+	}
+	tmp := filepath.Join(d.cacheDir(), fmt.Sprintf(".template-%x-%d.img", sum[:12], time.Now().UnixNano()))
+	defer os.Remove(tmp)
+	if err := d.makeImage(ctx, tree, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Link(tmp, name); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("caching template image: %w", err)
+	}
+	return name, nil
+}
+
+// makeImage writes a read-only ext4 image of the tree at src to the new
+// file dst, sized Config.DiskBytes (sparse). mkfs.ext4 -d copies the tree
+// with its owners and modes; the guest initializes the inode tables and
+// the journal lazily, as on any new disk.
+func (d *Driver) makeImage(ctx context.Context, src, dst string) error {
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating root image: %w", err)
 	}
@@ -132,18 +190,12 @@ func (d *Driver) makeDisk(ctx context.Context, dir, rootfs string) error {
 	if err != nil {
 		return fmt.Errorf("sizing root image: %w", err)
 	}
-	// -d copies the tree with its owners and modes; the journal and the
-	// inode tables are initialized lazily by the guest, as on any disk.
 	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1",
-		"-d", rootfs, base).CombinedOutput(); err != nil {
+		"-d", src, dst).CombinedOutput(); err != nil {
 		return fmt.Errorf("making root image: %w: %s", errors.Join(ctx.Err(), err), strings.TrimSpace(string(out)))
 	}
-	if err := os.Chmod(base, 0o400); err != nil {
+	if err := os.Chmod(dst, 0o400); err != nil {
 		return fmt.Errorf("sealing root image: %w", err)
-	}
-	if out, err := exec.CommandContext(ctx, d.img, "create", "-q", "-f", "qcow2", "-b", baseImage, "-F", "raw",
-		filepath.Join(dir, diskFile)).CombinedOutput(); err != nil {
-		return fmt.Errorf("making disk overlay: %w: %s", errors.Join(ctx.Err(), err), strings.TrimSpace(string(out)))
 	}
 	return nil
 }

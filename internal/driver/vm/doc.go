@@ -5,13 +5,17 @@
 // emulation, many times slower) elsewhere.
 //
 // The driver owns, for each sandbox, a directory <Root>/sandboxes/<id>:
-// the root disk (root.img, an ext4 image of the sandbox's root tree made
-// with mkfs.ext4 -d, read-only, under disk.qcow2, a copy-on-write overlay
-// that takes the guest's writes), the agent's socket, QEMU's QMP socket,
-// pid file and console log; and the QEMU process's host cgroup. It also
-// keeps <Root>/cache, the initramfs built once per guest kernel and agent
-// binary. It never writes the sandbox's root tree, and the guest's writes
-// stay on its disk: they are not seen in the tree on the host.
+// the root disk (disk.qcow2, a copy-on-write overlay that takes the
+// guest's writes, on a read-only ext4 image made with mkfs.ext4 -d), the
+// agent's socket, QEMU's QMP socket, pid file and console log; and the
+// QEMU process's host cgroup. The image is the template's, built once per
+// template tree and shared, in <Root>/cache, when the Manager says the
+// root is still the template's unchanged copy (driver.Spec.Template), or
+// else the sandbox's own, root.img, of its root tree. The cache also holds
+// the initramfs, built once per guest kernel and agent binary. The driver
+// never writes the sandbox's root tree, and the guest's writes stay on
+// its disk: they are not seen in the tree on the host, so storage
+// snapshots, forks and a stopped sandbox's restart do not carry them.
 //
 // # Boot
 //
@@ -52,11 +56,12 @@
 // Network modes other than none fail with ErrFailedPrecondition and host
 // mounts with ErrNotImplemented; there are no memory snapshots; a new
 // Driver does not take over the VMs of an earlier one, whose QEMU
-// processes it only kills on Delete.
+// processes it only kills on Delete; cached template images stay until
+// removed by hand.
 //
 // # Cost
 //
-// Create is an mkfs.ext4 of the root tree, a qemu-img create and the
-// boot; Status, Pause and Resume are one QMP command each; Stats reads
+// Create is a qemu-img create and the boot, after an mkfs.ext4 of the
+// root tree for a sandbox without a cached template image; Status, Pause and Resume are one QMP command each; Stats reads
 // cgroup files and two guest files through the agent.
 package vm

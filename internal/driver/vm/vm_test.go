@@ -168,3 +168,39 @@ func TestFindKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateImage: sandboxes of one template share one cached image of
+// it, which outlives them; each has its own writable layer on it.
+func TestTemplateImage(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	ctx := t.Context()
+	tmpl := testutil.BusyboxRootfs(t)
+	for _, id := range []string{"t1", "t2"} {
+		if err := d.Create(ctx, driver.Spec{ID: id, RootFS: testutil.BusyboxRootfs(t), Template: tmpl}); err != nil {
+			t.Fatal(err)
+		}
+		defer d.Delete(context.WithoutCancel(ctx), id)
+	}
+	if _, err := drivertest.ExecOnce(ctx, d, "t1", "echo one > /mine"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := drivertest.ExecOnce(ctx, d, "t2", "cat /mine 2>&1"); !strings.Contains(out, "No such file") {
+		t.Errorf("t2 sees t1's file: %q", out)
+	}
+	images, _ := filepath.Glob(filepath.Join(d.cacheDir(), "template-*.img"))
+	if len(images) != 1 {
+		t.Fatalf("template images %v, want one", images)
+	}
+	for _, id := range []string{"t1", "t2"} {
+		if _, err := os.Stat(filepath.Join(d.dir(id), baseImage)); !os.IsNotExist(err) {
+			t.Errorf("%s has an image of its own: %v", id, err)
+		}
+		if err := d.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(images[0]); err != nil {
+		t.Errorf("template image gone with its sandboxes: %v", err)
+	}
+}
