@@ -54,10 +54,8 @@
 // # Not yet
 //
 // Network modes other than none fail with ErrFailedPrecondition and host
-// mounts with ErrNotImplemented; there are no memory snapshots; a new
-// Driver does not take over the VMs of an earlier one, whose QEMU
-// processes it only kills on Delete; cached template images stay until
-// removed by hand.
+// mounts with ErrNotImplemented; there are no memory snapshots; cached
+// template images stay until removed by hand.
 //
 // # Cost
 //

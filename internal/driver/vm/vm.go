@@ -97,8 +97,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Driver runs sandboxes in QEMU microVMs. Methods are safe for concurrent
-// use on different IDs; the caller serializes calls for the same ID.
+// Driver runs sandboxes in QEMU microVMs. Everything about a sandbox
+// lives in its directory and its QEMU process, so a new Driver on the same
+// Root takes over the VMs of one that went away (New). Methods are safe
+// for concurrent use on different IDs; the caller serializes calls for
+// the same ID.
 type Driver struct {
 	cfg       Config
 	qemu, img string
@@ -121,6 +124,9 @@ type instance struct {
 	exited <-chan struct{} // closed once QEMU has exited and been reaped
 	agent  *agentdialout.Listener
 	qmp    *qmp
+	// stop, for a VM taken over from an earlier driver, ends the
+	// goroutine that watches its QEMU; nil for one this driver started.
+	stop chan struct{}
 }
 
 // New checks cfg, finds QEMU and the guest kernel, and builds the
@@ -166,7 +172,67 @@ func New(cfg Config) (*Driver, error) {
 	if d.initrd, err = initramfs(d.cacheDir(), d.kernel, cfg.AgentPath); err != nil {
 		return nil, err
 	}
+	if err := d.adoptAll(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// adoptAll takes over the VMs of an earlier driver on the same Root (a
+// daemon that restarted): for every sandbox directory whose QEMU still
+// runs, it listens on the agent's socket again, which QEMU reconnects to
+// within a second, and connects to QMP. A directory without a running
+// QEMU stays as it is: Status reports it stopped and Delete removes it.
+func (d *Driver) adoptAll() error {
+	ids, err := ocirt.ListDirs(d.sandboxesDir())
+	if err != nil {
+		return fmt.Errorf("listing sandboxes: %w", err)
+	}
+	for _, id := range ids {
+		dir := d.dir(id)
+		pid, err := ocirt.ReadPid(filepath.Join(dir, pidFile))
+		if err != nil || pid <= 0 || !isQEMU(pid, dir) {
+			continue
+		}
+		l, err := agentdialout.Listen(filepath.Join(dir, agentSocket), d.log)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		q, err := dialQMP(ctx, filepath.Join(dir, qmpSocket))
+		cancel()
+		if err != nil {
+			l.Close()
+			d.log.Warn("not taking over a VM", "sandbox_id", id, "error", err)
+			continue
+		}
+		vm := &instance{pid: pid, agent: l, qmp: q, stop: make(chan struct{})}
+		vm.exited = watchForeign(pid, dir, vm.stop)
+		d.vms[id] = vm
+		d.log.Info("took over VM", "sandbox_id", id, "pid", pid)
+	}
+	return nil
+}
+
+// watchForeign returns a channel closed once process pid, a QEMU of the
+// sandbox directory dir that is not this process's child, is gone, or
+// stop is closed. It polls: such a process cannot be waited for.
+func watchForeign(pid int, dir string, stop <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for isQEMU(pid, dir) && ocirt.ProcState(pid) != 'Z' {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return done
 }
 
 func withDefaults(cfg Config) Config {
@@ -460,6 +526,9 @@ func (d *Driver) destroy(ctx context.Context, id string) error {
 				errs = append(errs, fmt.Errorf("QEMU (pid %d) did not exit", vm.pid))
 			}
 		}
+		if vm.stop != nil {
+			close(vm.stop)
+		}
 	} else if pid, err := ocirt.ReadPid(filepath.Join(d.dir(id), pidFile)); err == nil && pid > 0 {
 		// A QEMU of an earlier driver: not this process's child.
 		if isQEMU(pid, d.dir(id)) {
@@ -492,8 +561,14 @@ func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, vm := range d.vms {
-		vm.qmp.close()
+		if vm.qmp != nil {
+			vm.qmp.close()
+		}
 		vm.agent.Close()
+		if vm.stop != nil {
+			close(vm.stop)
+			vm.stop = nil
+		}
 	}
 	return nil
 }

@@ -204,3 +204,37 @@ func TestTemplateImage(t *testing.T) {
 		t.Errorf("template image gone with its sandboxes: %v", err)
 	}
 }
+
+// TestTakeOver: a second driver on the same root (a restarted daemon)
+// takes over the first one's running VM, whose agent reconnects to it, and
+// deletes it without leaving anything behind.
+func TestTakeOver(t *testing.T) {
+	e := newEnv(t)
+	d1 := e.newDriver(t, nil)
+	ctx := t.Context()
+	if err := d1.Create(ctx, driver.Spec{ID: "keep", RootFS: testutil.BusyboxRootfs(t)}); err != nil {
+		t.Fatal(err)
+	}
+	d1.Close()
+	d2, err := New(d1.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if st, err := d2.Status(ctx, "keep"); err != nil || st != driver.StatusRunning {
+		t.Fatalf("Status after takeover = %s, %v; want running", st, err)
+	}
+	if out, err := drivertest.ExecOnce(ctx, d2, "keep", "echo again"); err != nil || out != "again\n" {
+		t.Fatalf("exec after takeover = %q, %v", out, err)
+	}
+	if err := d2.Delete(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := d2.Status(ctx, "keep"); st != driver.StatusUnknown {
+		t.Errorf("Status after Delete = %s", st)
+	}
+	checkNothingLeft(t, d2, "keep")
+	if dirs := testutil.CgroupDirs(t, e.cgroupParent); len(dirs) != 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+}
