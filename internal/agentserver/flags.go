@@ -37,6 +37,11 @@ func parseFlags(args []string) (agentFlags, error) {
 	fl.StringVar(&f.vmOpts.Hostname, "hostname", "", "with --vm, the `name` to set as the host name")
 	fl.Int64Var(&f.vmOpts.MemoryBytes, "memory", 0, "with --vm, the memory limit in `bytes` of everything the agent starts (0: none)")
 	fl.Int64Var(&f.vmOpts.Pids, "pids", 0, "with --vm, the `number` of tasks the agent and what it starts may have (0: no limit)")
+	fl.Func("net", "with --vm, `ADDR/BITS,GATEWAY[,MTU]`: the IPv4 address of the VM's network device and its default route (none: loopback only)", func(s string) error {
+		n, err := vmguest.ParseNetwork(s)
+		f.vmOpts.Net = &n
+		return err
+	})
 	fl.StringVar(&f.filter, "seccomp", "", "seccomp `program` (base64) to install on the agent, or with --spawn-thread on the thread that starts processes, and so on everything it starts, before it serves")
 	fl.StringVar(&f.filterFile, "seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
 	fl.StringVar(&f.filterEnv, "seccomp-env", "", "environment `variable` holding the program of --seccomp, which the agent then removes from its environment: an argv that does not change, at no file read")

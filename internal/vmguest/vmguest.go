@@ -63,6 +63,9 @@ type Options struct {
 	// need, so a memory bomb is killed in its cgroup rather than the
 	// kernel running out.
 	MemoryBytes, Pids int64
+	// Net, when set, configures the VM's network device; without it the
+	// guest has loopback only.
+	Net *Network
 }
 
 // SandboxCgroup is the guest's cgroup (v2) that holds the agent and every
@@ -97,6 +100,14 @@ func Boot(opts Options) error {
 	}
 	if err := waitFor(RootDevice, func(fi os.FileInfo) bool { return fi.Mode()&os.ModeDevice != 0 }); err != nil {
 		return err
+	}
+	if opts.Net != nil {
+		if err := waitFor("/sys/class/net/"+netDevice, func(os.FileInfo) bool { return true }); err != nil {
+			return err
+		}
+		if err := opts.Net.configure(); err != nil {
+			return err
+		}
 	}
 	if err := mount(RootDevice, newRoot, "ext4", 0, ""); err != nil {
 		return err

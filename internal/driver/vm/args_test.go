@@ -2,12 +2,14 @@ package vm
 
 import (
 	"flag"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/testutil"
+	"github.com/corralrun/corral/internal/vmguest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -20,11 +22,14 @@ func TestQEMUArgs(t *testing.T) {
 		accel string
 		tsc   int64
 		spec  driver.Spec
+		net   *vmguest.Network
 	}{
-		{"tcg-defaults", "tcg", 2096014, driver.Spec{ID: "sb1"}},
+		{"tcg-defaults", "tcg", 2096014, driver.Spec{ID: "sb1"}, nil},
 		{"tcg-limits", "tcg", 0, driver.Spec{ID: "sb2", Hostname: "box",
-			Resources: driver.Resources{MilliCPUs: 1500, MemoryBytes: 256 << 20, Pids: 128}}},
-		{"kvm", "kvm", 0, driver.Spec{ID: "sb3", Resources: driver.Resources{MemoryBytes: 1 << 30}}},
+			Resources: driver.Resources{MilliCPUs: 1500, MemoryBytes: 256 << 20, Pids: 128}}, nil},
+		{"kvm", "kvm", 0, driver.Spec{ID: "sb3", Resources: driver.Resources{MemoryBytes: 1 << 30}}, nil},
+		{"network", "tcg", 0, driver.Spec{ID: "sb4"}, &vmguest.Network{Addr: netip.MustParsePrefix("10.200.0.6/30"),
+			Gateway: netip.MustParseAddr("10.200.0.5"), MTU: 1500}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,7 +41,7 @@ func TestQEMUArgs(t *testing.T) {
 				tscKHz:   tt.tsc,
 				hostCPUs: 4,
 			}
-			got := strings.Join(d.qemuArgs(tt.spec.ID, tt.spec), "\n") + "\n"
+			got := strings.Join(d.qemuArgs(tt.spec.ID, tt.spec, tt.net), "\n") + "\n"
 			testutil.CheckGolden(t, filepath.Join("testdata", tt.name+".args"), []byte(got), *update)
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,9 +44,6 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	defer ocirt.UndoFailed(ctx, &u, &err, filepath.Join(dir, consoleFile), "creating sandbox "+id)
 	u.Add(func(ctx context.Context) error { return d.destroy(ctx, id) })
 
-	if err := checkNetwork(spec.Network); err != nil {
-		return err
-	}
 	if len(spec.Mounts) > 0 {
 		return errdefs.Errorf(errdefs.ErrNotImplemented, "the vm runtime cannot mount host directories yet")
 	}
@@ -64,6 +60,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	if err := d.makeCgroup(id, spec.Resources); err != nil {
 		return err
 	}
+	guestNet, err := plugNetwork(spec.Network)
+	if err != nil {
+		return err
+	}
 	l, err := agentdialout.Listen(filepath.Join(dir, agentSocket), d.log)
 	if err != nil {
 		return err
@@ -72,7 +72,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	d.mu.Lock()
 	d.vms[id] = vm
 	d.mu.Unlock()
-	if err := d.startQEMU(ctx, id, spec, vm); err != nil {
+	if err := d.startQEMU(ctx, id, spec, d.qemuArgs(id, spec, guestNet), vm); err != nil {
 		return err
 	}
 	if spec.Started != nil {
@@ -80,6 +80,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	}
 	booted := time.Now()
 	if err := waitAgent(ctx, d, id, vm); err != nil {
+		return err
+	}
+	if err := d.writeNameFiles(ctx, id, spec.Network); err != nil {
 		return err
 	}
 	// The CPU quota only now: booting is the VM's own work, not the
@@ -91,34 +94,6 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	d.log.Debug("created sandbox", "sandbox_id", id, "driver", "vm", "accel", d.accel,
 		"duration_ms", time.Since(began).Milliseconds(), "disk_ms", disked.Sub(began).Milliseconds(),
 		"agent_ms", time.Since(booted).Milliseconds())
-	return nil
-}
-
-// checkNetwork accepts a sandbox without a network and one whose
-// prepared namespace has loopback only (network mode none): the VM has no
-// network device, so the guest has loopback only as well. A namespace
-// with a link to the host (modes allowlist and open) fails with
-// ErrFailedPrecondition, since the guest cannot use it yet.
-func checkNetwork(n *driver.Network) error {
-	if n == nil {
-		return nil
-	}
-	var links []string
-	err := ocirt.InNetNS(n.NetNSPath, func() error {
-		ifs, err := net.Interfaces()
-		for _, i := range ifs {
-			if i.Flags&net.FlagLoopback == 0 {
-				links = append(links, i.Name)
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("inspecting the network namespace: %w", err)
-	}
-	if len(links) > 0 {
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "the vm runtime runs sandboxes without a network only (network mode none); this one has %s", strings.Join(links, ", "))
-	}
 	return nil
 }
 
@@ -270,10 +245,11 @@ func (d *Driver) join(id string, pid int) error {
 
 // qemuArgs is the command line of sandbox id's QEMU: a microvm machine
 // (no PCI, no firmware tables beyond ACPI) started paused (-S), whose
-// devices are the root disk and the agent's serial port, both virtio over
-// MMIO. Under TCG the machine needs its legacy PIT and PIC, or the guest
+// devices are the root disk, the agent's serial port and, with a
+// network, a NIC on the tap device in the sandbox's namespace, all virtio
+// over MMIO. Under TCG the machine needs its legacy PIT and PIC, or the guest
 // hangs in timer calibration.
-func (d *Driver) qemuArgs(id string, spec driver.Spec) []string {
+func (d *Driver) qemuArgs(id string, spec driver.Spec, guestNet *vmguest.Network) []string {
 	dir := d.dir(id)
 	limit, mem := d.memory(spec.Resources)
 	accel := "kvm"
@@ -289,12 +265,22 @@ func (d *Driver) qemuArgs(id string, spec driver.Spec) []string {
 	if spec.Resources.Pids > 0 {
 		agent = append(agent, "--pids="+strconv.FormatInt(spec.Resources.Pids, 10))
 	}
+	if guestNet != nil {
+		agent = append(agent, "--net="+guestNet.String())
+	}
 	kernel := "console=ttyS0 quiet panic=-1"
 	if d.tscKHz > 0 {
 		kernel += " tsc_early_khz=" + strconv.FormatInt(d.tscKHz, 10)
 	}
 	cmdline := kernel + " rdinit=" + vmguest.AgentPath + " -- " + strings.Join(agent, " ")
-	return []string{
+	var nic []string
+	if guestNet != nil {
+		nic = []string{
+			"-netdev", "tap,id=net0,ifname=" + tapDevice + ",script=no,downscript=no",
+			"-device", "virtio-net-device,netdev=net0,mac=" + guestMAC(id),
+		}
+	}
+	return append([]string{
 		"-name", "corral-" + id,
 		"-machine", "microvm,pit=on,pic=on,rtc=on",
 		"-accel", accel, "-cpu", cpu,
@@ -311,24 +297,30 @@ func (d *Driver) qemuArgs(id string, spec driver.Spec) []string {
 		"-device", "virtserialport,chardev=agent,name=" + vmguest.PortName,
 		"-qmp", "unix:" + filepath.Join(dir, qmpSocket) + ",server=on,wait=off",
 		"-pidfile", filepath.Join(dir, pidFile),
-	}
+	}, nic...)
 }
 
 // startQEMU starts QEMU paused, moves it into the host cgroup and lets
 // the VM run. QEMU's own messages go to the console log.
-func (d *Driver) startQEMU(ctx context.Context, id string, spec driver.Spec, vm *instance) error {
+func (d *Driver) startQEMU(ctx context.Context, id string, spec driver.Spec, args []string, vm *instance) error {
 	dir := d.dir(id)
 	logf, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(d.qemu, d.qemuArgs(id, spec)...)
+	cmd := exec.Command(d.qemu, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A session of its own: signals for the daemon's process group are
 	// not QEMU's.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	// In the sandbox's network namespace, where its tap device is: the
+	// process inherits the namespace of the thread that starts it.
+	start := cmd.Start
+	if spec.Network != nil {
+		start = func() error { return ocirt.InNetNS(spec.Network.NetNSPath, cmd.Start) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("starting QEMU: %w", err)
 	}
 	vm.pid = cmd.Process.Pid
@@ -421,6 +413,31 @@ func waitAgent(ctx context.Context, d *Driver, id string, vm *instance) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// writeNameFiles copies the sandbox's resolv.conf and hosts, which other
+// runtimes bind-mount, into the guest's /etc through the agent.
+func (d *Driver) writeNameFiles(ctx context.Context, id string, n *driver.Network) error {
+	if n == nil {
+		return nil
+	}
+	c := d.agentClient(id)
+	defer c.Close()
+	for src, dst := range map[string]string{n.ResolvConf: "/etc/resolv.conf", n.Hosts: "/etc/hosts"} {
+		if src == "" {
+			continue
+		}
+		f, err := os.Open(src)
+		if err != nil {
+			return fmt.Errorf("reading %s for the guest: %w", filepath.Base(dst), err)
+		}
+		_, err = c.WriteFile(ctx, dst, 0o644, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("writing %s in the guest: %w", dst, err)
+		}
+	}
+	return nil
 }
 
 // syscallKill sends SIGKILL to pid.

@@ -51,11 +51,22 @@
 // (set once the guest has booted). The VM has as many vCPUs as the CPU
 // limit rounded up.
 //
+// # Network
+//
+// QEMU runs in the sandbox's network namespace, which the daemon
+// prepared as for any runtime. With loopback only (mode none) the VM has
+// no network device. With a link to the host (modes allowlist and open),
+// the driver makes a tap device there and bridges it with the link, whose
+// IPv4 address, default route and MTU the guest takes over (package
+// vmguest configures them), so the host side (routes, nftables rules, the
+// DNS filter and the proxy) applies to the VM unchanged. The sandbox's
+// resolv.conf and hosts, which other runtimes bind-mount, are copied into
+// the guest's /etc once the agent is up.
+//
 // # Not yet
 //
-// Network modes other than none fail with ErrFailedPrecondition and host
-// mounts with ErrNotImplemented; there are no memory snapshots; cached
-// template images stay until removed by hand.
+// Host mounts fail with ErrNotImplemented; there are no memory snapshots;
+// cached template images stay until removed by hand.
 //
 // # Cost
 //

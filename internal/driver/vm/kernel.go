@@ -15,10 +15,10 @@ import (
 )
 
 // guestModules are the modules the guest needs before its agent serves:
-// the virtio transport of the microvm machine (MMIO), the root disk and
-// the agent's serial port. Their dependencies come from the modules'
+// the virtio transport of the microvm machine (MMIO), the root disk, the
+// agent's serial port and the network device. Their dependencies come from the modules'
 // own .modinfo; ext4 is built into the kernels this driver supports.
-var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console"}
+var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console", "virtio_net"}
 
 // Kernel is a guest kernel unpacked from a Debian linux-image package
 // (`dpkg-deb -x`): boot/vmlinuz-<version> and its modules under
