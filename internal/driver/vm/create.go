@@ -359,6 +359,24 @@ func exitedErr(vm *instance, err error) error {
 	}
 }
 
+// agentError returns the last error the agent logged on the VM's console
+// at dir, or "": when the agent, the guest's init, fails, the kernel's
+// panic report follows its message and pushes it out of the console's
+// tail that errors carry.
+func agentError(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, consoleFile))
+	if err != nil {
+		return ""
+	}
+	last := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "level=ERROR") || strings.Contains(line, "flag provided but not defined") {
+			last = strings.TrimSpace(line)
+		}
+	}
+	return last
+}
+
 // watch returns a channel closed once cmd's process has exited and been
 // reaped, by the Reaper when there is one.
 func (d *Driver) watch(cmd *exec.Cmd) <-chan struct{} {
@@ -402,12 +420,12 @@ func waitAgent(ctx context.Context, d *Driver, id string, vm *instance) error {
 		// An exit cancels ctx too; it is the reason then.
 		select {
 		case <-vm.exited:
-			return errors.New("QEMU exited before the agent was ready")
+			return d.exitedEarly(id)
 		default:
 		}
 		select {
 		case <-vm.exited:
-			return errors.New("QEMU exited before the agent was ready")
+			return d.exitedEarly(id)
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the agent: %w", context.Cause(ctx))
 		case <-time.After(20 * time.Millisecond):
@@ -438,6 +456,15 @@ func (d *Driver) writeNameFiles(ctx context.Context, id string, n *driver.Networ
 		}
 	}
 	return nil
+}
+
+// exitedEarly is the error of a VM whose QEMU exited during its boot,
+// with the agent's own error when it logged one.
+func (d *Driver) exitedEarly(id string) error {
+	if msg := agentError(d.dir(id)); msg != "" {
+		return fmt.Errorf("QEMU exited before the agent was ready: the agent: %s", msg)
+	}
+	return errors.New("QEMU exited before the agent was ready")
 }
 
 // syscallKill sends SIGKILL to pid.

@@ -390,17 +390,29 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	return vm.agent.Dial(ctx)
 }
 
+// guestReadTimeout bounds Stats' and OOMKills' reads of guest files: a
+// guest that does not answer must not hold up its caller.
+const guestReadTimeout = 5 * time.Second
+
 // Stats implements driver.Driver. Memory and CPU are the QEMU process's,
 // read from its host cgroup (the VM's cost to the host); tasks and OOM
-// kills are the guest's, read from its sandbox cgroup through the agent.
+// kills are the guest's, read from its sandbox cgroup through the agent,
+// except while the VM is paused, when nothing in it answers and they are
+// reported as zero.
 func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
-	if d.get(id) == nil {
+	vm := d.get(id)
+	if vm == nil {
 		return driver.Stats{}, errdefs.Errorf(errdefs.ErrNotFound, "reading stats of %s: no such sandbox", id)
 	}
 	s, err := ocirt.InstanceStats(id, d.cgroup)
 	if err != nil {
 		return s, err
 	}
+	if st, err := vm.qmp.status(ctx); err != nil || st != "running" {
+		return s, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, guestReadTimeout)
+	defer cancel()
 	c := d.agentClient(id)
 	defer c.Close()
 	if s.Pids, err = readGuestInt(ctx, c, vmguest.SandboxCgroup+"/pids.current", ""); err != nil {
@@ -417,6 +429,8 @@ func (d *Driver) OOMKills(ctx context.Context, id string) (int64, error) {
 	if d.get(id) == nil {
 		return 0, errdefs.Errorf(errdefs.ErrNotFound, "reading OOM kills of %s: no such sandbox", id)
 	}
+	ctx, cancel := context.WithTimeout(ctx, guestReadTimeout)
+	defer cancel()
 	c := d.agentClient(id)
 	defer c.Close()
 	n, err := readGuestInt(ctx, c, vmguest.SandboxCgroup+"/memory.events", "oom_kill")

@@ -287,3 +287,45 @@ func TestTakeOver(t *testing.T) {
 		t.Errorf("cgroups left: %v", dirs)
 	}
 }
+
+// TestStatsPaused: Stats of a paused VM answers at once, from the host
+// cgroup alone, since nothing in the guest runs.
+func TestStatsPaused(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	ctx := t.Context()
+	if err := d.Create(ctx, driver.Spec{ID: "paused", RootFS: testutil.BusyboxRootfs(t)}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Delete(context.WithoutCancel(ctx), "paused")
+	if err := d.Pause(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	st, err := d.Stats(ctx, "paused")
+	if err != nil || st.MemoryBytes <= 0 || time.Since(t0) > time.Second {
+		t.Errorf("Stats of a paused VM = %+v, %v after %v", st, err, time.Since(t0))
+	}
+	if err := d.Resume(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Stats(ctx, "paused"); err != nil || st.Pids < 1 {
+		t.Errorf("Stats after resume = %+v, %v; want the guest's tasks", st, err)
+	}
+}
+
+func TestAgentError(t *testing.T) {
+	dir := t.TempDir()
+	console := "[    1.0] Run /agent as init process\n" +
+		"time=2026-12-05T08:00:00Z level=ERROR msg=\"booting the VM\" error=\"mounting /dev/vda on /newroot: invalid argument\"\n" +
+		"[    1.2] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n"
+	if err := os.WriteFile(filepath.Join(dir, consoleFile), []byte(console), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := agentError(dir); !strings.Contains(got, "mounting /dev/vda") {
+		t.Errorf("agentError = %q", got)
+	}
+	if got := agentError(t.TempDir()); got != "" {
+		t.Errorf("agentError without a console = %q", got)
+	}
+}
