@@ -94,7 +94,7 @@ func bareBoot(ctx context.Context, d *Driver, r driver.Resources) error {
 	if d.accel != "kvm" {
 		accel, cpu = "tcg,tb-size=64", "max"
 	}
-	kernel := "console=ttyS0 quiet panic=-1"
+	kernel := "console=ttyS0 quiet panic=-1 reboot=t"
 	if d.tscKHz > 0 {
 		kernel += " tsc_early_khz=" + strconv.FormatInt(d.tscKHz, 10)
 	}

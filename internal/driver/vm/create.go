@@ -268,7 +268,11 @@ func (d *Driver) qemuArgs(id string, spec driver.Spec, guestNet *vmguest.Network
 	if guestNet != nil {
 		agent = append(agent, "--net="+guestNet.String())
 	}
-	kernel := "console=ttyS0 quiet panic=-1"
+	// A panicking guest resets at once, by a triple fault (reboot=t),
+	// which -no-reboot turns into QEMU's exit: the microvm machine has no
+	// ACPI or keyboard-controller reset for the kernel's default methods
+	// to use, and it would spin trying them.
+	kernel := "console=ttyS0 quiet panic=-1 reboot=t"
 	if d.tscKHz > 0 {
 		kernel += " tsc_early_khz=" + strconv.FormatInt(d.tscKHz, 10)
 	}

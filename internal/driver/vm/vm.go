@@ -356,10 +356,11 @@ func (d *Driver) Status(ctx context.Context, id string) (driver.Status, error) {
 	}
 	st, err := vm.qmp.status(ctx)
 	if err != nil {
+		// QMP fails first when QEMU exits; its reaping follows shortly.
 		select {
 		case <-vm.exited:
 			return driver.StatusStopped, nil
-		default:
+		case <-time.After(2 * time.Second):
 		}
 		return "", fmt.Errorf("reading status of %s: %w", id, err)
 	}

@@ -329,3 +329,29 @@ func TestAgentError(t *testing.T) {
 		t.Errorf("agentError without a console = %q", got)
 	}
 }
+
+// TestGuestPanic: a guest kernel that panics ends its QEMU; the instance
+// is reported stopped, its console shows why, and Delete leaves nothing.
+func TestGuestPanic(t *testing.T) {
+	e := newEnv(t)
+	d := e.newDriver(t, nil)
+	ctx := t.Context()
+	if err := d.Create(ctx, driver.Spec{ID: "panic", RootFS: testutil.BusyboxRootfs(t)}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Delete(context.WithoutCancel(ctx), "panic")
+	// The exec dies with the kernel; its error is expected.
+	out, err := drivertest.ExecOnce(ctx, d, "panic", "echo c > /proc/sysrq-trigger")
+	t.Logf("exec that panics the guest: %q, %v", out, err)
+	drivertest.WaitStatus(t, d, "panic", driver.StatusStopped, 30*time.Second)
+	if b, _ := os.ReadFile(filepath.Join(d.dir("panic"), consoleFile)); !strings.Contains(string(b), "Kernel panic") {
+		t.Errorf("console lacks the panic:\n%s", b)
+	}
+	if err := d.Delete(ctx, "panic"); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, d, "panic")
+	if dirs := testutil.CgroupDirs(t, e.cgroupParent); len(dirs) != 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+}
