@@ -27,10 +27,11 @@ import (
 
 // Create builds the sandbox's disks, starts QEMU paused, moves it into
 // its host cgroup, lets the VM run and returns once the guest's agent
-// answers. It fails with ErrAlreadyExists when the ID is in use, and with
-// ErrFailedPrecondition for what the runtime cannot do yet (a network
-// other than loopback, host mounts). On any failure it removes everything
-// it made; the error carries the end of the VM's console.
+// answers. It fails with ErrAlreadyExists when the ID is in use, with
+// ErrNotImplemented for host mounts, and with ErrFailedPrecondition for a
+// network namespace it cannot give the VM (see plugNetwork). On any
+// failure it removes everything it made (the network namespace is the
+// daemon's); the error carries the end of the VM's console.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (err error) {
 	id := spec.ID
 	dir := d.dir(id)
