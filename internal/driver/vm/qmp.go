@@ -57,13 +57,12 @@ func (q *qmp) handshake(ctx context.Context) error {
 	return q.execute(ctx, "qmp_capabilities", nil)
 }
 
-// read decodes the next line into v, bounded by ctx.
+// read decodes the next line into v, bounded by ctx. Only ctx's end
+// interrupts the read, so that an interrupted read reports ctx's error
+// (a deadline of the connection's own could fire first and report a
+// plain timeout).
 func (q *qmp) read(ctx context.Context, v any) error {
-	if dl, ok := ctx.Deadline(); ok {
-		q.conn.SetReadDeadline(dl)
-	} else {
-		q.conn.SetReadDeadline(time.Time{})
-	}
+	q.conn.SetReadDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { q.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	line, err := q.r.ReadBytes('\n')
