@@ -331,6 +331,15 @@ func (d *Driver) startQEMU(ctx context.Context, id string, spec driver.Spec, arg
 	vm.pid = cmd.Process.Pid
 	vm.exited = d.watch(cmd)
 	if err := d.join(id, vm.pid); err != nil {
+		// A QEMU that exits at once (bad arguments) is gone before it
+		// can be moved; its reaping follows shortly.
+		if errors.Is(err, syscall.ESRCH) {
+			select {
+			case <-vm.exited:
+				return errors.New("QEMU exited")
+			case <-time.After(5 * time.Second):
+			}
+		}
 		return err
 	}
 	qctx, cancel := context.WithCancel(ctx)
