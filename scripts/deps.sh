@@ -19,6 +19,9 @@ PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-async
 # The cluster tests run a real etcd server, their own on free loopback
 # ports (the package's own service, where systemd starts it, is not used).
 PKGS="$PKGS etcd-server"
+# The vm runtime: QEMU (with its firmware) and qemu-img for the disk
+# overlays; mkfs.ext4 (e2fsprogs, essential) makes the root images.
+PKGS="$PKGS qemu-system-x86 qemu-utils"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -64,4 +67,23 @@ if ! runsc --version 2>/dev/null | grep -q "version $RUNSC_VERSION\$"; then
 	echo "corral: building runsc $RUNSC_VERSION from the Go module proxy (about two minutes)" >&2
 	CGO_ENABLED=0 GOBIN=/usr/local/bin go install \
 		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$RUNSC_VERSION" "$RUNSC_MODULE"
+fi
+
+# The vm runtime's guest kernel: Debian's cloud kernel, unpacked (never
+# installed, so the host's /boot is left alone) where the driver looks for
+# it by default. Its virtio drivers are modules, which the driver puts in
+# the guest's initramfs.
+VM_KERNEL_DIR=/usr/local/lib/corral/vm-kernel
+if ! ls "$VM_KERNEL_DIR"/boot/vmlinuz-* >/dev/null 2>&1; then
+	echo "corral: unpacking Debian's linux-image-cloud-amd64 into $VM_KERNEL_DIR" >&2
+	pkg=$(apt-cache depends linux-image-cloud-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$/\1/p' | head -n1)
+	[ -n "$pkg" ] || { echo "corral: linux-image-cloud-amd64 names no kernel package" >&2; exit 1; }
+	tmp=$(mktemp -d)
+	chmod 755 "$tmp" # apt-get download runs as _apt where it can
+	(cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1)
+	rm -rf "$VM_KERNEL_DIR.new"
+	mkdir -p "$VM_KERNEL_DIR.new"
+	dpkg-deb -x "$tmp"/*.deb "$VM_KERNEL_DIR.new"
+	rm -rf "$tmp" "$VM_KERNEL_DIR"
+	mv "$VM_KERNEL_DIR.new" "$VM_KERNEL_DIR"
 fi

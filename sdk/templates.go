@@ -115,6 +115,9 @@ type Runtime struct {
 		Pause      bool   `json:"pause"`
 		Checkpoint bool   `json:"checkpoint"`
 		Isolation  string `json:"isolation"`
+		// Accel, for the vm runtime, is "kvm" or "tcg" (software
+		// emulation, many times slower).
+		Accel string `json:"accel,omitempty"`
 	} `json:"capabilities"`
 	// Snapshot is what snapshots and forks of the runtime's sandboxes
 	// hold: SnapshotMemory, SnapshotFilesystem, or "" when none.

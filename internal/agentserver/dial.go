@@ -3,6 +3,8 @@ package agentserver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -11,14 +13,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
 
 	"github.com/corralrun/corral/internal/agentdialout"
 )
 
 // ServeDialing serves h to a daemon that the agent reaches by dialing the
-// unix socket at path (from inside the sandbox), for runtimes where the
-// agent cannot accept connections from the host (gVisor) or has one
-// stream only (VMs). Over each connection it runs a yamux session in which
+// unix socket at path (from inside the sandbox), or by opening path when
+// it is a character device (a VM's virtio-serial port, whose host end is
+// the daemon's socket), for runtimes where the agent cannot accept
+// connections from the host (gVisor) or has one stream only (VMs). Over each connection it runs a yamux session in which
 // the daemon opens one stream per request. When the connection breaks (the
 // daemon restarted, the sandbox was restored from a checkpoint), it dials
 // again, backing off up to one second, until ctx ends. connected is called
@@ -34,8 +38,7 @@ func ServeDialing(ctx context.Context, path string, h http.Handler, log *slog.Lo
 	}
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", path)
+		c, err := dial(ctx, path)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -76,4 +79,43 @@ func ServeDialing(ctx context.Context, path string, h http.Handler, log *slog.Lo
 		log.Info("daemon connection closed; dialing again", "socket", path)
 	}
 	return ctx.Err()
+}
+
+// dial connects to the daemon at path: a unix socket, or a character
+// device (a virtio-serial port). A port opens whether or not its host end
+// is connected, and then reads as end of file, so a port whose host end
+// is not there (poll reports POLLHUP) counts as a refused connection, and
+// the caller backs off before it tries again.
+func dial(ctx context.Context, path string) (io.ReadWriteCloser, error) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Through the raw descriptor: File.Fd would make the file blocking,
+	// and Close could then not end a read in progress.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	var revents int16
+	cerr := rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLOUT}}
+		_, err = unix.Poll(fds, 0)
+		revents = fds[0].Revents
+	})
+	if err = errors.Join(cerr, err); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("polling %s: %w", path, err)
+	}
+	if revents&unix.POLLHUP != 0 {
+		f.Close()
+		return nil, fmt.Errorf("%s: host end not connected", path)
+	}
+	return f, nil
 }

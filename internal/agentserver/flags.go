@@ -3,6 +3,8 @@ package agentserver
 import (
 	"flag"
 	"os"
+
+	"github.com/corralrun/corral/internal/vmguest"
 )
 
 // agentFlags are the agent's command-line flags (see the package
@@ -18,6 +20,8 @@ type agentFlags struct {
 	limits     string
 	limitsEnv  string
 	rlimits    []rlimit
+	vm         bool
+	vmOpts     vmguest.Options
 }
 
 // parseFlags parses args; the flag package has already reported an error
@@ -28,7 +32,16 @@ func parseFlags(args []string) (agentFlags, error) {
 	fl.SetOutput(os.Stderr)
 	fl.IntVar(&f.listenFD, "listen-fd", -1, "inherited `fd` of a listening stream socket to serve on")
 	fl.IntVar(&f.readyFD, "ready-fd", -1, "inherited `fd` to write \"ok\" (or \"error: ...\") to once ready")
-	fl.StringVar(&f.dial, "dial", "", "unix socket `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
+	fl.StringVar(&f.dial, "dial", "", "unix socket or character device (a virtio-serial port) `path` to dial and serve over, instead of --listen-fd (gVisor, VMs)")
+	fl.BoolVar(&f.vm, "vm", false, "run as PID 1 of a VM from the initramfs the VM driver built: load its modules, mount the root disk and switch into it first")
+	fl.StringVar(&f.vmOpts.Hostname, "hostname", "", "with --vm, the `name` to set as the host name")
+	fl.Int64Var(&f.vmOpts.MemoryBytes, "memory", 0, "with --vm, the memory limit in `bytes` of everything the agent starts (0: none)")
+	fl.Int64Var(&f.vmOpts.Pids, "pids", 0, "with --vm, the `number` of tasks the agent and what it starts may have (0: no limit)")
+	fl.Func("net", "with --vm, `ADDR/BITS,GATEWAY[,MTU]`: the IPv4 address of the VM's network device and its default route (none: loopback only)", func(s string) error {
+		n, err := vmguest.ParseNetwork(s)
+		f.vmOpts.Net = &n
+		return err
+	})
 	fl.StringVar(&f.filter, "seccomp", "", "seccomp `program` (base64) to install on the agent, or with --spawn-thread on the thread that starts processes, and so on everything it starts, before it serves")
 	fl.StringVar(&f.filterFile, "seccomp-file", "", "`file` holding the program of --seccomp, for an argv that must not change (gVisor restores a checkpoint only into the same one)")
 	fl.StringVar(&f.filterEnv, "seccomp-env", "", "environment `variable` holding the program of --seccomp, which the agent then removes from its environment: an argv that does not change, at no file read")

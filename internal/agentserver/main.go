@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/vmguest"
 )
 
 // Main runs the agent with command-line args (without "agent") and returns
@@ -29,6 +31,12 @@ func Main(args []string) int {
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return 2
+	}
+	if cfg.vm {
+		if err := vmguest.Boot(cfg.vmOpts); err != nil {
+			log.Error("booting the VM", "error", err)
+			return 1
+		}
 	}
 	// Processes the agent starts get only their stdio: no inherited
 	// descriptor (the ready pipe, the listener, whatever the driver's

@@ -50,6 +50,9 @@ func (c *cli) doctor(args []string) int {
 		fmt.Fprintf(tw, "%s\tAVAILABLE\tNEEDS\n", section.title)
 		for _, rt := range section.rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", rt.Name, yesNo(rt.Available), strings.Join(rt.Needs, ", "))
+			if rt.Note != "" {
+				fmt.Fprintf(tw, "\t\tnote: %s\n", rt.Note)
+			}
 		}
 		tw.Flush()
 	}

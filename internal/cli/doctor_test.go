@@ -23,12 +23,12 @@ func TestDoctor(t *testing.T) {
 	for _, rt := range append(r.Runtimes, r.Storage...) {
 		names = append(names, rt.Name)
 	}
-	if got := strings.Join(names, ","); got != "runc,gvisor,qemu,btrfs,overlay" {
+	if got := strings.Join(names, ","); got != "runc,gvisor,vm,btrfs,overlay" {
 		t.Errorf("runtimes and storage = %s", got)
 	}
 	out.Reset()
 	Main([]string{"doctor"}, env, nil, nil)
-	for _, want := range []string{"CHECK", "RUNTIME", "STORAGE", "gvisor", "runsc"} {
+	for _, want := range []string{"CHECK", "RUNTIME", "STORAGE", "gvisor", "runsc", "vm-kernel", "note: VMs run under"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out.String())
 		}

@@ -63,8 +63,8 @@ type Config struct {
 	// Runtime is the default runtime (default "runc").
 	Runtime string
 	// Runtimes are the runtimes to offer besides runc, which is always
-	// there: "gvisor". Empty means gvisor when `corral doctor` finds it
-	// usable on this host (see openGVisor).
+	// there: "gvisor", "vm". Empty means each of them that `corral doctor`
+	// finds usable on this host (see openGVisor, openVM).
 	Runtimes []string
 	// RunscPath is the runsc binary (default: from PATH) and
 	// GVisorPlatform gVisor's platform (default systrap).

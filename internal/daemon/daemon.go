@@ -21,6 +21,7 @@ import (
 
 	"github.com/corralrun/corral/internal/audit"
 	"github.com/corralrun/corral/internal/cluster"
+	"github.com/corralrun/corral/internal/doctor"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/e2b"
@@ -53,7 +54,8 @@ type Daemon struct {
 	storage storage.Backend
 	reaper  *subreaper.Reaper
 	drivers []driver.Driver
-	idSlots *runc.IDSlots // the runc driver's, lent to gVisor
+	idSlots *runc.IDSlots  // the runc driver's, lent to gVisor
+	doctor  *doctor.Report // read once, by the first wantRuntime that needs it
 	egress  *egress.Server
 	network *network.Manager
 	mounter *mounts.Mounter
@@ -100,6 +102,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.startReaper,
 		d.openRunc,
 		d.openGVisor,
+		d.openVM,
 		d.openNetwork,
 		d.openMounts,
 		d.reconcile,

@@ -13,7 +13,7 @@ import (
 )
 
 // knownRuntimes are the names Config.Runtimes may hold.
-var knownRuntimes = []string{"runc", "gvisor"}
+var knownRuntimes = []string{"runc", "gvisor", "vm"}
 
 // checkRuntimes refuses unknown runtime names and a default runtime that
 // is not among the ones asked for.
@@ -33,16 +33,8 @@ func (c *Config) checkRuntimes() error {
 // when Runtimes is empty, when `corral doctor` finds gVisor usable here.
 func (d *Daemon) openGVisor(ctx context.Context) error {
 	cfg := d.cfg
-	if len(cfg.Runtimes) > 0 && !slices.Contains(cfg.Runtimes, "gvisor") {
+	if !d.wantRuntime(ctx, "gvisor") {
 		return nil
-	}
-	if len(cfg.Runtimes) == 0 && cfg.Runtime != "gvisor" {
-		for _, rt := range doctor.Run(ctx, doctor.RealHost()).Runtimes {
-			if rt.Name == "gvisor" && !rt.Available {
-				d.log.Info("gvisor runtime not available (see corral doctor)", "needs", strings.Join(rt.Needs, ","))
-				return nil
-			}
-		}
 	}
 	gd, err := gvisor.New(gvisor.Config{
 		Root:         filepath.Join(cfg.RunDir, "gvisor"),
@@ -62,6 +54,30 @@ func (d *Daemon) openGVisor(ctx context.Context) error {
 	}
 	d.drivers = append(d.drivers, gd)
 	return nil
+}
+
+// wantRuntime says whether to start the driver of runtime name: when
+// Config.Runtimes names it, or, when Runtimes is empty, when it is the
+// default runtime or `corral doctor` finds it usable here.
+func (d *Daemon) wantRuntime(ctx context.Context, name string) bool {
+	cfg := d.cfg
+	if len(cfg.Runtimes) > 0 {
+		return slices.Contains(cfg.Runtimes, name)
+	}
+	if cfg.Runtime == name {
+		return true
+	}
+	if d.doctor == nil {
+		r := doctor.Run(ctx, doctor.RealHost())
+		d.doctor = &r
+	}
+	for _, rt := range d.doctor.Runtimes {
+		if rt.Name == name && !rt.Available {
+			d.log.Info(name+" runtime not available (see corral doctor)", "needs", strings.Join(rt.Needs, ","))
+			return false
+		}
+	}
+	return true
 }
 
 // runtimesFlag is a comma-separated list of runtimes.

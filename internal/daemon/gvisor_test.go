@@ -30,6 +30,7 @@ func TestCheckRuntimes(t *testing.T) {
 		{name: "auto", runtime: "runc"},
 		{name: "auto with gvisor default", runtime: "gvisor"},
 		{name: "both", runtime: "gvisor", runtimes: []string{"runc", "gvisor"}},
+		{name: "vm", runtime: "vm", runtimes: []string{"vm"}},
 		{name: "unknown", runtime: "runc", runtimes: []string{"qemu"}, wantErr: `unknown runtime "qemu"`},
 		{name: "default not offered", runtime: "gvisor", runtimes: []string{"runc"}, wantErr: "not in --runtimes"},
 	}

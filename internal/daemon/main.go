@@ -94,7 +94,7 @@ func daemonFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.BtrfsQuotaMode, "btrfs-quota-mode", "simple", "how btrfs storage accounts disk limits: simple (each extent charged to the sandbox that wrote it; falls back to full on kernels before 6.7) or full (classic qgroups)")
 	fs.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime")
 	fs.StringVar(&cfg.RuncPath, "runc", "", "runc binary (default: from PATH)")
-	fs.Var(runtimesFlag{&cfg.Runtimes}, "runtimes", "runtimes besides runc, comma-separated: gvisor (default: gvisor when corral doctor finds it usable)")
+	fs.Var(runtimesFlag{&cfg.Runtimes}, "runtimes", "runtimes besides runc, comma-separated: gvisor, vm (default: each that corral doctor finds usable)")
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: from PATH)")
 	fs.StringVar(&cfg.AgentPath, "agent", "", "static in-sandbox agent binary (default: "+AgentBinary+" next to this executable if there, else this executable)")
 	fs.StringVar(&cfg.GVisorPlatform, "gvisor-platform", "", "gVisor platform (default systrap)")

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/corralrun/corral/internal/driver/vm"
 )
 
 // RunscVersion is the gVisor release Corral is tested with; scripts/deps.sh
@@ -34,6 +36,9 @@ type Runtime struct {
 	Available bool   `json:"available"`
 	// Needs lists the checks that failed for it.
 	Needs []string `json:"needs,omitempty"`
+	// Note says how it runs where that varies: the vm runtime under KVM
+	// or, without it, under TCG (software emulation).
+	Note string `json:"note,omitempty"`
 }
 
 // Report is the outcome of Run.
@@ -96,6 +101,9 @@ func Run(ctx context.Context, h Host) Report {
 	add(runscCheck(ctx, h))
 	add(kvmCheck(h))
 	add(binaryCheck(ctx, h, "qemu-system-x86_64", []string{"--version"}, "apt-get install qemu-system-x86"))
+	add(binaryCheck(ctx, h, "qemu-img", nil, "apt-get install qemu-utils"))
+	add(binaryCheck(ctx, h, "mkfs.ext4", nil, "apt-get install e2fsprogs"))
+	add(vmKernelCheck(h))
 	add(binaryCheck(ctx, h, "debootstrap", nil, "apt-get install debootstrap (needed to build the default template)"))
 
 	ok := func(names ...string) (bool, []string) {
@@ -115,10 +123,16 @@ func Run(ctx context.Context, h Host) Report {
 	}{
 		{"runc", []string{"root", "cgroups", "runc"}},
 		{"gvisor", []string{"root", "cgroups", "runsc"}},
-		{"qemu", []string{"root", "kvm", "qemu-system-x86_64"}},
+		// KVM only makes VMs fast: without it QEMU emulates the CPU.
+		{"vm", []string{"root", "cgroups", "qemu-system-x86_64", "qemu-img", "mkfs.ext4", "vm-kernel"}},
 	} {
 		avail, missing := ok(rt.needs...)
 		r.Runtimes = append(r.Runtimes, Runtime{Name: rt.name, Available: avail, Needs: missing})
+	}
+	if kvm, _ := ok("kvm"); kvm {
+		r.Runtimes[len(r.Runtimes)-1].Note = "VMs run under KVM"
+	} else {
+		r.Runtimes[len(r.Runtimes)-1].Note = "VMs run under TCG, software emulation many times slower than KVM (see the kvm check)"
 	}
 	for _, st := range []struct {
 		name  string
@@ -255,6 +269,19 @@ func runscCheck(ctx context.Context, h Host) Check {
 	if !c.OK {
 		c.Detail += " (want " + RunscVersion + ")"
 	}
+	return c
+}
+
+// vmKernelCheck looks for the guest kernel of the vm runtime where
+// scripts/deps.sh unpacks it.
+func vmKernelCheck(h Host) Check {
+	c := Check{Name: "vm-kernel", Fix: "run scripts/deps.sh: it unpacks Debian's linux-image-cloud-amd64 into " + vm.DefaultKernelDir + " (apt-get download, dpkg-deb -x)"}
+	images, _ := h.Glob(filepath.Join(vm.DefaultKernelDir, "boot", "vmlinuz-*"))
+	if len(images) == 0 {
+		c.Detail = "no guest kernel in " + vm.DefaultKernelDir
+		return c
+	}
+	c.OK, c.Detail = true, images[len(images)-1]
 	return c
 }
 

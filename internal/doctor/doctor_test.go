@@ -6,9 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralrun/corral/internal/driver/vm"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -72,8 +75,8 @@ func runtimes(r Report) map[string]Runtime {
 
 func TestThisMachineKind(t *testing.T) {
 	// Facts of this project's machines: cgroup v1, btrfs and overlay built
-	// in, runc and the pinned runsc installed, /dev/kvm present but the
-	// QEMU binary not installed.
+	// in, runc and the pinned runsc installed; and, for the doctor's sake,
+	// /dev/kvm present but QEMU not installed.
 	files := map[string]string{
 		"/proc/filesystems":     "nodev\tsysfs\nnodev\toverlay\n\tbtrfs\n\text4\n",
 		"/sys/fs/cgroup/memory": "", "/sys/fs/cgroup/cpu": "", "/sys/fs/cgroup/pids": "",
@@ -85,18 +88,39 @@ func TestThisMachineKind(t *testing.T) {
 	}
 	r := Run(t.Context(), fakeHost(files, bins))
 	rt := runtimes(r)
-	for name, want := range map[string]bool{"runc": true, "gvisor": true, "qemu": false, "btrfs": true, "overlay": true} {
+	for name, want := range map[string]bool{"runc": true, "gvisor": true, "vm": false, "btrfs": true, "overlay": true} {
 		if rt[name].Available != want {
 			t.Errorf("%s available = %v, want %v (needs %v)", name, rt[name].Available, want, rt[name].Needs)
 		}
 	}
-	if got := rt["qemu"].Needs; len(got) != 1 || got[0] != "qemu-system-x86_64" {
-		t.Errorf("qemu needs %v", got)
+	if got, want := rt["vm"].Needs, []string{"qemu-system-x86_64", "qemu-img", "mkfs.ext4", "vm-kernel"}; !slices.Equal(got, want) {
+		t.Errorf("vm needs %v, want %v", got, want)
+	}
+	if got := rt["vm"].Note; !strings.Contains(got, "KVM") || strings.Contains(got, "TCG") {
+		t.Errorf("vm note %q with /dev/kvm usable", got)
 	}
 	for _, c := range r.Checks {
 		if !c.OK && c.Fix == "" {
 			t.Errorf("failed check %s has no fix", c.Name)
 		}
+	}
+}
+
+// TestVMWithoutKVM: with QEMU, qemu-img, mkfs.ext4 and the guest kernel
+// but no /dev/kvm, the vm runtime is available and says it emulates.
+func TestVMWithoutKVM(t *testing.T) {
+	files := map[string]string{
+		"/sys/fs/cgroup/memory": "", "/sys/fs/cgroup/cpu": "", "/sys/fs/cgroup/pids": "", "/sys/fs/cgroup/freezer": "",
+		vm.DefaultKernelDir + "/boot/vmlinuz-6.1.0-57-cloud-amd64": "",
+	}
+	bins := map[string]string{"qemu-system-x86_64": "QEMU emulator version 7.2.22", "qemu-img": "", "mkfs.ext4": ""}
+	rt := runtimes(Run(t.Context(), fakeHost(files, bins)))["vm"]
+	if !rt.Available || !strings.Contains(rt.Note, "TCG") {
+		t.Errorf("vm = %+v, want available under TCG", rt)
+	}
+	delete(files, vm.DefaultKernelDir+"/boot/vmlinuz-6.1.0-57-cloud-amd64")
+	if rt := runtimes(Run(t.Context(), fakeHost(files, bins)))["vm"]; rt.Available || !slices.Equal(rt.Needs, []string{"vm-kernel"}) {
+		t.Errorf("vm without a kernel = %+v, want it to need vm-kernel", rt)
 	}
 }
 

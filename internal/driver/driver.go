@@ -24,6 +24,12 @@ type Spec struct {
 	// RootFS is the host path of the sandbox's writable root tree,
 	// prepared by storage. The driver must not delete it.
 	RootFS string
+	// Template, when set, is the host path of the sealed template tree
+	// of which RootFS is still an unchanged copy (a new sandbox, nothing
+	// restored into its root). A driver that needs a root as a whole,
+	// such as a VM's disk image, may build it once from the template and
+	// share it among sandboxes instead of reading RootFS. Read-only.
+	Template string
 	// Hostname inside the sandbox.
 	Hostname string
 	// Resources are hard limits; zero fields mean unlimited.
@@ -159,6 +165,10 @@ type Capabilities struct {
 	Checkpoint bool `json:"checkpoint"`
 	// Isolation names the boundary: "container", "gvisor" or "vm".
 	Isolation string `json:"isolation"`
+	// Accel, for a VM runtime, is how its VMs run: "kvm" (hardware
+	// virtualization) or "tcg" (QEMU's software emulation, many times
+	// slower).
+	Accel string `json:"accel,omitempty"`
 }
 
 // Stats are point-in-time resource readings of an instance.

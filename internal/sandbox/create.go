@@ -386,6 +386,7 @@ func (m *Manager) build(ctx context.Context, sb Sandbox, drv driver.Driver, src 
 type setupResult struct {
 	sb       Sandbox
 	root     string
+	template string          // the template's tree while root is its unchanged copy
 	network  *driver.Network // nil without a managed network
 	mounts   []driver.Mount
 	recorded bool // the record is in the store, even when setup failed
@@ -416,6 +417,9 @@ func (m *Manager) setup(ctx context.Context, u *undo.Stack, sb Sandbox, src *res
 	var err error
 	s.root, err = m.makeRoot(ctx, u, sb, src)
 	s.storageDone = time.Now()
+	if src == nil {
+		s.template = m.cfg.Storage.TemplatePath(sb.Template)
+	}
 	if rerr := <-recordc; rerr != nil {
 		err = errors.Join(fmt.Errorf("recording sandbox %s: %w", sb.ID, rerr), err)
 	} else {
@@ -475,6 +479,7 @@ func (m *Manager) launch(ctx context.Context, u *undo.Stack, drv driver.Driver, 
 	dspec := driver.Spec{
 		ID:       id,
 		RootFS:   s.root,
+		Template: s.template,
 		Hostname: id,
 		Resources: driver.Resources{
 			MilliCPUs:   s.sb.MilliCPUs,

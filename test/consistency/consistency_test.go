@@ -42,7 +42,8 @@ func TestSDKImportsNothingInternal(t *testing.T) {
 // agentInternal lists the internal packages the guest agent may link: the
 // agent runs inside every sandbox, so it carries nothing of the daemon.
 // The code interpreter service is the agent binary's "interpreter"
-// command (the code-interpreter template's start command).
+// command (the code-interpreter template's start command); vmguest is
+// what the agent does first as a VM's init.
 var agentInternal = map[string]bool{
 	"errdefs":      true,
 	"agentdialout": true,
@@ -51,6 +52,7 @@ var agentInternal = map[string]bool{
 	"wire":         true,
 	"agentserver":  true,
 	"interpreter":  true,
+	"vmguest":      true,
 }
 
 // agentForbidden names module path prefixes the agent must never link:

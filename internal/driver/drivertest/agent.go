@@ -72,3 +72,19 @@ func (a *agentClient) readFile(ctx context.Context, path string) ([]byte, error)
 	defer r.Close()
 	return io.ReadAll(r)
 }
+
+// ExecOnce runs a shell command in instance id of d through a new agent
+// client and returns its stdout and stderr, interleaved: for a driver's
+// own tests, beside the suite.
+func ExecOnce(ctx context.Context, d driver.Driver, id, script string) (string, error) {
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	defer c.Close()
+	var out strings.Builder
+	err := c.Exec(ctx, wire.ExecRequest{Shell: script}, func(ev wire.ExecEvent) error {
+		if ev.Type == wire.EventStdout || ev.Type == wire.EventStderr {
+			out.Write(ev.Bytes())
+		}
+		return nil
+	})
+	return out.String(), err
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/drivertest"
 )
 
 // BenchmarkFork measures a fork of a running sandbox that holds memory: Checkpoint leaving it running (including the
@@ -34,7 +35,7 @@ func benchFork(b *testing.B, mib int) {
 	// mib MiB of memory: a file of random bytes in /tmp, gVisor's tmpfs
 	// (random, so that the image cannot skip zero pages), and a process.
 	fill := fmt.Sprintf("dd if=/dev/urandom of=/tmp/blob bs=1M count=%d 2>/dev/null; echo ready > /tmp/ready; sleep 3600 &", mib)
-	if _, err := execOnce(ctx, d, "orig", fill); err != nil {
+	if _, err := drivertest.ExecOnce(ctx, d, "orig", fill); err != nil {
 		b.Fatal(err)
 	}
 	var ckpt, restore, first time.Duration
@@ -54,7 +55,7 @@ func benchFork(b *testing.B, mib int) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if out, err := execOnce(ctx, d, id, "cat /tmp/ready"); err != nil || out != "ready\n" {
+		if out, err := drivertest.ExecOnce(ctx, d, id, "cat /tmp/ready"); err != nil || out != "ready\n" {
 			b.Fatalf("exec in the copy: %q, %v", out, err)
 		}
 		t3 := time.Now()

@@ -1,23 +1,18 @@
 package gvisor
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/corralrun/corral/internal/agentclient"
 	"github.com/corralrun/corral/internal/driver"
 	"github.com/corralrun/corral/internal/driver/drivertest"
 	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/testutil"
-	"github.com/corralrun/corral/internal/wire"
 )
 
 func TestMain(m *testing.M) { testutil.SubreaperMain(m) }
@@ -83,21 +78,6 @@ func (e env) shiftedRootfs(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return r
-}
-
-// execOnce runs a shell command through a new agent client and returns
-// its stdout and stderr.
-func execOnce(ctx context.Context, d driver.Driver, id, script string) (string, error) {
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
-	defer c.Close()
-	var out strings.Builder
-	err := c.Exec(ctx, wire.ExecRequest{Shell: script}, func(ev wire.ExecEvent) error {
-		if ev.Type == wire.EventStdout || ev.Type == wire.EventStderr {
-			out.Write(ev.Bytes())
-		}
-		return nil
-	})
-	return out.String(), err
 }
 
 func TestConformance(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/drivertest"
 	"github.com/corralrun/corral/internal/driver/runc"
 	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/storage"
@@ -121,7 +122,7 @@ func TestIDRanges(t *testing.T) {
 				t.Errorf("uid_map of %s's process %d: %q, want %q", id, i, m, want)
 			}
 		}
-		if _, err := execOnce(ctx, d, id, "echo secret > /root-only; chmod 600 /root-only"); err != nil {
+		if _, err := drivertest.ExecOnce(ctx, d, id, "echo secret > /root-only; chmod 600 /root-only"); err != nil {
 			t.Fatal(err)
 		}
 		if owner := fileUID(t, filepath.Join(root, "root-only")); owner != uid {
@@ -167,7 +168,7 @@ func TestRestoreIDRange(t *testing.T) {
 	if err := d.Create(ctx, driver.Spec{ID: "ra", RootFS: root}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := execOnce(ctx, d, "ra", "echo before > /tmp/f"); err != nil {
+	if _, err := drivertest.ExecOnce(ctx, d, "ra", "echo before > /tmp/f"); err != nil {
 		t.Fatal(err)
 	}
 	image := t.TempDir()
@@ -178,7 +179,7 @@ func TestRestoreIDRange(t *testing.T) {
 	if err := d.Restore(ctx, "rb", driver.Spec{RootFS: croot}, image); err != nil {
 		t.Fatalf("restoring into another range: %v", err)
 	}
-	if out, err := execOnce(ctx, d, "rb", "cat /tmp/f; echo x > /root/g && id -u"); err != nil || out != "before\n0\n" {
+	if out, err := drivertest.ExecOnce(ctx, d, "rb", "cat /tmp/f; echo x > /root/g && id -u"); err != nil || out != "before\n0\n" {
 		t.Errorf("exec in the restored sandbox: %q, %v", out, err)
 	}
 	if owner := fileUID(t, filepath.Join(croot, "root", "g")); owner != cuid {

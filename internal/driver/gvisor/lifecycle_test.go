@@ -122,7 +122,7 @@ func TestTakeOver(t *testing.T) {
 		t.Fatalf("Status(half) = %s, %v", st, err)
 	}
 	t0 := time.Now()
-	if out, err := execOnce(ctx, d2, "keep", "echo back"); err != nil || out != "back\n" {
+	if out, err := drivertest.ExecOnce(ctx, d2, "keep", "echo back"); err != nil || out != "back\n" {
 		t.Fatalf("exec after take-over: %q, %v", out, err)
 	}
 	t.Logf("the agent reconnected and ran a command %v after the new driver started", time.Since(t0))
@@ -201,7 +201,7 @@ func TestLimitsAndUpdate(t *testing.T) {
 		if got := readCgroup(t, "pids", cg, "pids.max"); got != hostPids {
 			t.Errorf("pids.max = %s, want %s", got, hostPids)
 		}
-		out, err := execOnce(ctx, d, id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+		out, err := drivertest.ExecOnce(ctx, d, id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
 		if err != nil || out != inside {
 			t.Errorf("limits inside = %q, %v; want %q", out, err, inside)
 		}
@@ -221,7 +221,7 @@ func TestLimitsAndUpdate(t *testing.T) {
 		t.Fatal("Update with a CPU quota of 100 µs per 100 ms succeeded")
 	}
 	check(64<<20, 50000, 50, fmt.Sprintf("%d\n50\n50000\n", 64<<20))
-	out, err := execOnce(ctx, d, id, `i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all`)
+	out, err := drivertest.ExecOnce(ctx, d, id, `i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all`)
 	if err != nil || strings.Contains(out, "spawned all") || !strings.Contains(out, "can't fork") {
 		t.Errorf("100 processes under an updated pids limit of 50: %q, %v", out, err)
 	}
@@ -259,7 +259,7 @@ func TestBootUnthrottled(t *testing.T) {
 	if n := throttled(); n != "0" {
 		t.Errorf("nr_throttled after Create = %s, want 0", n)
 	}
-	if _, err := execOnce(ctx, d, id, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"); err != nil {
+	if _, err := drivertest.ExecOnce(ctx, d, id, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"); err != nil {
 		t.Fatal(err)
 	}
 	if n := throttled(); n == "0" {
@@ -279,7 +279,7 @@ func TestCheckpointPaused(t *testing.T) {
 	if err := d.Create(ctx, driver.Spec{ID: "orig", RootFS: root}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := execOnce(ctx, d, "orig", "echo before > /root/f"); err != nil {
+	if _, err := drivertest.ExecOnce(ctx, d, "orig", "echo before > /root/f"); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Pause(ctx, "orig"); err != nil {
@@ -295,13 +295,13 @@ func TestCheckpointPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	if out, err := execOnce(ctx, d, "orig", "cat /root/f"); err != nil || out != "before\n" || time.Since(t0) > 2*time.Second {
+	if out, err := drivertest.ExecOnce(ctx, d, "orig", "cat /root/f"); err != nil || out != "before\n" || time.Since(t0) > 2*time.Second {
 		t.Fatalf("exec after resume: %q, %v after %v", out, err, time.Since(t0))
 	}
 	if err := d.Restore(ctx, "copy", driver.Spec{RootFS: croot}, image); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := execOnce(ctx, d, "copy", "cat /root/f"); err != nil || out != "before\n" {
+	if out, err := drivertest.ExecOnce(ctx, d, "copy", "cat /root/f"); err != nil || out != "before\n" {
 		t.Fatalf("exec in the copy: %q, %v", out, err)
 	}
 	// The image names the agent's argv, and the restored agent's spawner
@@ -309,7 +309,7 @@ func TestCheckpointPaused(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(image, argsFile)); err != nil || !strings.Contains(string(b), spawnThreadFlag) {
 		t.Errorf("%s in the image: %q, %v", argsFile, b, err)
 	}
-	if out, err := execOnce(ctx, d, "copy", "grep '^Seccomp:' /proc/self/status; unshare -U true && echo unshared"); err != nil ||
+	if out, err := drivertest.ExecOnce(ctx, d, "copy", "grep '^Seccomp:' /proc/self/status; unshare -U true && echo unshared"); err != nil ||
 		!strings.HasPrefix(out, "Seccomp:\t2\n") || strings.Contains(out, "unshared") {
 		t.Errorf("process in the copy: %q, %v", out, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/drivertest"
 	"github.com/corralrun/corral/internal/testutil"
 )
 
@@ -81,7 +82,7 @@ func testNetworkNamespace(t *testing.T, e env, rootfs string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := execOnce(ctx, d, "net", `ip -4 addr show probe0 | grep -o 'inet [0-9./]*'
+	out, err := drivertest.ExecOnce(ctx, d, "net", `ip -4 addr show probe0 | grep -o 'inet [0-9./]*'
 cat /etc/resolv.conf /etc/hosts
 { echo x > /etc/resolv.conf; } 2>/dev/null && echo resolv.conf writable`)
 	if err != nil {

@@ -191,7 +191,7 @@ func (d *Driver) runBundle(ctx context.Context, dir, sock string, spec driver.Sp
 		return err
 	}
 	if userns.Size > 0 && spec.Network != nil {
-		err = inNetNS(spec.Network.NetNSPath, runRunc)
+		err = ocirt.InNetNS(spec.Network.NetNSPath, runRunc)
 	} else {
 		err = runRunc()
 	}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralrun/corral/internal/driver/internal/ocirt"
 )
 
 // Prepared network namespaces and user namespaces (driver.Spec.Network).
@@ -37,39 +38,6 @@ import (
 // to 0 instead (the namespace holds only the sandbox, so every port is
 // its own).
 
-// inNetNS runs f on a locked OS thread that has joined the network
-// namespace at path; processes f starts begin in that namespace. The
-// thread is returned to the daemon's namespace afterwards, or retired by
-// the runtime if that fails.
-func inNetNS(path string, f func() error) error {
-	ns, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("opening network namespace: %w", err)
-	}
-	defer ns.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- fmt.Errorf("opening current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("joining network namespace %s: %w", path, err)
-			return
-		}
-		err = f()
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
-
 // prepareNetNS readies the network namespace at netns for a sandbox in a
 // user namespace: it mounts a read-only sysfs of that namespace at sysfs
 // (a new directory) and lets unprivileged processes bind every port.
@@ -77,7 +45,7 @@ func prepareNetNS(netns, sysfs string) error {
 	if err := os.Mkdir(sysfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("creating sysfs mount point: %w", err)
 	}
-	return inNetNS(netns, func() error {
+	return ocirt.InNetNS(netns, func() error {
 		// /proc/sys/net shows the namespace of the thread that opens it.
 		if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("0"), 0); err != nil {
 			return fmt.Errorf("opening low ports: %w", err)
