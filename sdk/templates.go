@@ -118,6 +118,10 @@ type Runtime struct {
 		// Accel, for the vm runtime, is "kvm" or "tcg" (software
 		// emulation, many times slower).
 		Accel string `json:"accel,omitempty"`
+		// PrivateDisk: the runtime's sandboxes write to a disk of their
+		// own, so filesystem snapshots, forks and stops are refused
+		// with CodeNotImplemented.
+		PrivateDisk bool `json:"private_disk,omitempty"`
 	} `json:"capabilities"`
 	// Snapshot is what snapshots and forks of the runtime's sandboxes
 	// hold: SnapshotMemory, SnapshotFilesystem, or "" when none.

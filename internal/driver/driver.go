@@ -165,6 +165,10 @@ type Capabilities struct {
 	Checkpoint bool `json:"checkpoint"`
 	// Isolation names the boundary: "container", "gvisor" or "vm".
 	Isolation string `json:"isolation"`
+	// PrivateDisk means the instance writes to a disk of its own, not into
+	// Spec.RootFS: storage never sees its changes, so a filesystem
+	// snapshot, a fork from one or a stop and start would lose them.
+	PrivateDisk bool `json:"private_disk,omitempty"`
 	// Accel, for a VM runtime, is how its VMs run: "kvm" (hardware
 	// virtualization) or "tcg" (QEMU's software emulation, many times
 	// slower).

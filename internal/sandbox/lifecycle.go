@@ -129,6 +129,9 @@ func (m *Manager) admitLifecycle(drv driver.Driver, l Lifecycle) (Lifecycle, err
 			}
 			*a.dst = a.v
 		case ActionStop:
+			if drv.Capabilities().PrivateDisk {
+				return out, errdefs.Errorf(errdefs.ErrNotImplemented, "%s action stop: runtime %s keeps a sandbox's writes on a disk of its own, which a stop would lose (use pause or destroy)", a.name, drv.Name())
+			}
 			*a.dst = a.v
 		default:
 			return out, errdefs.Errorf(errdefs.ErrInvalidArgument, "unknown %s action %q (use destroy, pause or stop)", a.name, a.v)

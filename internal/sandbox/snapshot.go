@@ -110,6 +110,9 @@ func (m *Manager) SnapshotKind(rt string) string {
 	if _, ok := drv.(driver.Checkpointer); ok && drv.Capabilities().Checkpoint {
 		return SnapshotMemory
 	}
+	if drv.Capabilities().PrivateDisk {
+		return "" // storage cannot see the instance's writes
+	}
 	return SnapshotFilesystem
 }
 

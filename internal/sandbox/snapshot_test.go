@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/corralrun/corral/internal/driver"
+	"github.com/corralrun/corral/internal/driver/fake"
 	"github.com/corralrun/corral/internal/errdefs"
 	"github.com/corralrun/corral/internal/snapshotdir"
 	"github.com/corralrun/corral/internal/wire"
@@ -302,6 +304,46 @@ func TestSnapshotConcurrentRestores(t *testing.T) {
 	}
 	release()
 	if err := h.m.DeleteSnapshot(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrivateDiskRuntime checks what a runtime whose writes storage never
+// sees (driver.Capabilities.PrivateDisk, the vm runtime) is refused:
+// filesystem snapshots and forks, stops, and timers that stop, each with
+// not implemented rather than a copy that silently lacks the writes.
+func TestPrivateDiskRuntime(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	h := newHarness(t, func(c *Config) {
+		c.Store = withSnapshots(c.Store.(*memStore))
+		c.SnapshotDir = dir
+		drv, err := fake.New(fake.Config{Root: t.TempDir(), PrivateDisk: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Drivers = []driver.Driver{drv}
+	})
+	ctx := t.Context()
+	if kind := h.m.SnapshotKind("fake"); kind != "" {
+		t.Errorf("snapshot kind %q, want none", kind)
+	}
+	sb, err := h.m.Create(ctx, Spec{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Snapshot(ctx, sb.ID, SnapshotSpec{Name: "s"}); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("snapshot: %v, want not implemented", err)
+	}
+	if _, err := h.m.Stop(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("stop: %v, want not implemented", err)
+	}
+	if _, err := h.m.Create(ctx, Spec{Template: "tiny", IdleTimeout: time.Minute, OnIdle: ActionStop}); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("create with on_idle stop: %v, want not implemented", err)
+	}
+	if got, _ := h.m.Get(ctx, sb.ID); got.State != StateRunning {
+		t.Errorf("state after refusals %s", got.State)
+	}
+	if err := h.m.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -56,6 +56,9 @@ func (m *Manager) Stop(ctx context.Context, id string) (Sandbox, error) {
 	if err := m.canDetach(sb); err != nil {
 		return Sandbox{}, err
 	}
+	if drv, ok := m.drivers[sb.Runtime]; ok && drv.Capabilities().PrivateDisk {
+		return Sandbox{}, errdefs.Errorf(errdefs.ErrNotImplemented, "sandbox %s: runtime %s keeps its writes on a disk of its own, which a stop would lose; pause it or delete it", id, sb.Runtime)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	prev := sb.State

@@ -46,6 +46,9 @@ type Config struct {
 	FailUpdate func(id string) error
 	// Logger is passed to the in-process agents; nil discards.
 	Logger *slog.Logger
+	// PrivateDisk is reported as the capability, for tests of how the
+	// Manager treats runtimes whose writes storage never sees.
+	PrivateDisk bool
 }
 
 // Call is one recorded driver call.
@@ -106,9 +109,10 @@ func (d *Driver) Calls() []Call {
 // Name returns "fake".
 func (d *Driver) Name() string { return "fake" }
 
-// Capabilities reports pause (a status flip only) and "none" isolation.
+// Capabilities reports pause (a status flip only), "none" isolation and
+// Config.PrivateDisk.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, Isolation: "none"}
+	return driver.Capabilities{Pause: true, Isolation: "none", PrivateDisk: d.cfg.PrivateDisk}
 }
 
 // Create starts an in-process agent for spec. RootFS must be an existing

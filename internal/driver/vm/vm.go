@@ -329,7 +329,7 @@ func (d *Driver) Name() string { return "vm" }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, Isolation: "vm", Accel: d.accel}
+	return driver.Capabilities{Pause: true, Isolation: "vm", Accel: d.accel, PrivateDisk: true}
 }
 
 func (d *Driver) get(id string) *instance {
